@@ -1,0 +1,66 @@
+# Strata: one entry point for building and testing.
+#   make            build the C library (static + shared) and the Rust workspace
+#   make run        set up, build, and run Strata's main job on its built-in default
+#   make test       set up, build, and run every test (what CI runs)
+#   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata
+BUILD   := build
+LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/machine/*.c)
+HDRS    := include/strata.h libstrata/internal.h
+C_TESTS := test_api test_stress
+
+.PHONY: all lib rust run test c-test rust-test bootstrap clean
+
+all: lib rust
+
+lib: $(BUILD)/libstrata.a $(BUILD)/libstrata.so
+
+# one object set per flavour: plain (the library), asan, tsan (tests)
+define flavour
+$(BUILD)/$(1)/%.o: %.c $(HDRS)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS) $(2) -c $$< -o $$@
+$(BUILD)/$(1)/lib.a: $(patsubst %.c,$(BUILD)/$(1)/%.o,$(LIB_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(BUILD)/$(1)/%: libstrata/tests/%.c $(BUILD)/$(1)/lib.a libstrata/tests/check.h
+	$(CC) $(CFLAGS) $(2) $$< $(BUILD)/$(1)/lib.a -o $$@
+endef
+$(eval $(call flavour,plain,-DSTRATA_DEBUG=1))
+$(eval $(call flavour,asan,-DSTRATA_DEBUG=2 -fsanitize=address,undefined -fno-omit-frame-pointer))
+$(eval $(call flavour,tsan,-DSTRATA_DEBUG=1 -fsanitize=thread))
+$(eval $(call flavour,rel,))
+
+$(BUILD)/libstrata.a: $(BUILD)/rel/lib.a
+	cp $< $@
+$(BUILD)/libstrata.so: $(patsubst %.c,$(BUILD)/rel/%.o,$(LIB_SRC))
+	$(CC) -shared -pthread $^ -o $@
+
+rust:
+	cargo build --release --workspace
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+run: bootstrap all
+	target/release/strata topo
+	target/release/strata bench locality
+
+c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS)))
+	@set -e; for f in plain asan tsan; do \
+	  echo "== C tests ($$f)"; \
+	  $(BUILD)/$$f/test_api; \
+	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
+	done
+
+rust-test:
+	cargo test --release --workspace
+
+test: bootstrap lib c-test rust-test
+	@echo "all tests passed"
+
+clean:
+	rm -rf $(BUILD) target

@@ -1,0 +1,214 @@
+/* segment.c: where all of Strata's memory comes from.
+ *
+ * A segment is 4 MiB, 4 MiB aligned, and belongs to one pool: pool 0 is unbound (the kernel
+ * places its pages, first touch), pool 1 + t is bound to tier t through the machine. Its
+ * header holds a page_t per 4 KiB page and a bitmap of free pages. Arenas take pages from
+ * the pool of their binding, so binding is done once per segment, not per object.
+ *
+ * Large objects get a mapping of their own, 4 MiB aligned, with a header page in front.
+ *
+ * The registry is a byte per 4 MiB of address space (32 MiB reserved, touched sparsely):
+ * 1 = a segment or large mapping starts here, 2 = a large mapping continues here. */
+#include "internal.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#define REG_ENTRIES ((size_t)1 << (47 - SEG_SHIFT))
+enum { REG_NONE = 0, REG_HEAD = 1, REG_CONT = 2 };
+
+pthread_mutex_t _strata_seg_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(_Atomic uint8_t *) registry;
+static segment_t *pools[NSHARED]; /* segments with at least one free page */
+
+static bool registry_init(void) { /* seg lock held */
+  if (atomic_load(&registry)) return true;
+  void *r = mmap(NULL, REG_ENTRIES, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return false;
+  atomic_store_explicit(&registry, r, memory_order_release);
+  return true;
+}
+
+static void registry_set(void *base, size_t size, bool on) { /* seg lock held */
+  _Atomic uint8_t *reg = atomic_load(&registry);
+  size_t first = (uintptr_t)base >> SEG_SHIFT, n = (size + SEG_SIZE - 1) >> SEG_SHIFT;
+  for (size_t i = 0; i < n; i++)
+    atomic_store_explicit(&reg[first + i], on ? (i ? REG_CONT : REG_HEAD) : REG_NONE,
+                          memory_order_release);
+}
+
+void *_strata_chunk_of(const void *p) {
+  _Atomic uint8_t *reg = atomic_load_explicit(&registry, memory_order_acquire);
+  size_t idx = (uintptr_t)p >> SEG_SHIFT;
+  if (!reg || idx >= REG_ENTRIES) return NULL;
+  uint8_t v = atomic_load_explicit(&reg[idx], memory_order_acquire);
+  while (v == REG_CONT && idx > 0) v = atomic_load_explicit(&reg[--idx], memory_order_acquire);
+  return v == REG_HEAD ? (void *)(idx << SEG_SHIFT) : NULL;
+}
+
+page_t *_strata_page_of(const void *p) {
+  segment_t *seg = _strata_chunk_of(p);
+  if (!seg || seg->kind != SEG_PAGES) return NULL;
+  page_t *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> PAGE_SHIFT];
+  if (pg->kind == PK_TAIL) pg = &seg->pages[pg->head];
+  return pg;
+}
+
+/* ---- the free-page bitmap ---------------------------------------------------------------- */
+
+static bool range_free(const segment_t *s, size_t start, size_t n) {
+  if (start < SEG_META_PAGES || start + n > PAGES_PER_SEG) return false;
+  for (size_t i = start; i < start + n; i++)
+    if (!(s->free_map[i / 64] >> (i % 64) & 1)) return false;
+  return true;
+}
+
+/* first start >= SEG_META_PAGES, multiple of align, with n free pages; SIZE_MAX if none */
+static size_t find_free(const segment_t *s, size_t n, size_t align) {
+  size_t i = align_up(SEG_META_PAGES, align);
+  while (i + n <= PAGES_PER_SEG) {
+    size_t j = i;
+    while (j < i + n && (s->free_map[j / 64] >> (j % 64) & 1)) j++;
+    if (j == i + n) return i;
+    i = align_up(j + 1, align);
+  }
+  return SIZE_MAX;
+}
+
+static void list_push(segment_t **head, segment_t *s) {
+  s->prev = NULL;
+  s->next = *head;
+  if (*head) (*head)->prev = s;
+  *head = s;
+}
+
+static void list_remove(segment_t **head, segment_t *s) {
+  if (s->prev) s->prev->next = s->next;
+  else *head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->next = s->prev = NULL;
+}
+
+static bool in_pool(segment_t *s) { return s->prev || pools[s->pool] == s; }
+
+static void bind_range(int pool, void *p, size_t len) {
+  if (pool == 0) return;
+  int tier = pool - 1;
+  STAT_ADD(bind_calls, 1);
+  int rc = _strata_machine->bind(p, len, _strata_tier_nodemask(tier), (int)_strata_option(OPT_BIND));
+  if (rc != 0) {
+    STAT_ADD(bind_failed, 1);
+    _strata_message("strata: %s machine could not bind %zu bytes to tier %d (errno %d)\n",
+                    _strata_machine->name, len, tier, -rc);
+  }
+}
+
+static segment_t *segment_new(int pool) { /* seg lock held */
+  if (!registry_init()) return NULL;
+  segment_t *s = _strata_prim_map(SEG_SIZE, SEG_SIZE);
+  if (!s) return NULL;
+  s->magic = STRATA_MAGIC;
+  s->kind = SEG_PAGES;
+  s->pool = pool;
+  s->used_pages = SEG_META_PAGES;
+  for (size_t i = 0; i < PAGES_PER_SEG; i++)
+    if (i >= SEG_META_PAGES) s->free_map[i / 64] |= 1ull << (i % 64);
+  for (size_t i = 0; i < SEG_META_PAGES; i++) s->pages[i].kind = PK_META;
+  bind_range(pool, (char *)s + SEG_META_PAGES * PAGE_SIZE, SEG_SIZE - SEG_META_PAGES * PAGE_SIZE);
+  registry_set(s, SEG_SIZE, true);
+  list_push(&pools[pool], s);
+  STAT_ADD(segments, 1);
+  STAT_ADD(segment_bytes, (int64_t)SEG_SIZE);
+  STAT_ADD(pool_bytes[pool], (int64_t)SEG_SIZE);
+  return s;
+}
+
+page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near) {
+  strata_assert(1, n > 0 && n <= PAGES_PER_SEG - SEG_META_PAGES && align > 0);
+  pthread_mutex_lock(&_strata_seg_lock);
+  segment_t *seg = NULL;
+  size_t start = SIZE_MAX;
+  if (near) { /* the pages right after near's, when they are free: neighbours in memory */
+    segment_t *ns = _strata_segment_of_page(near);
+    size_t after = _strata_page_index(near) + (near->kind == PK_RUN ? near->u.run.npages
+                                               : near->kind == PK_SPAN ? SPAN_PAGES : 1);
+    after = align_up(after, align);
+    if (ns->pool == pool && range_free(ns, after, n)) { seg = ns; start = after; }
+  }
+  for (segment_t *s = pools[pool]; !seg && s; s = s->next)
+    if ((start = find_free(s, n, align)) != SIZE_MAX) seg = s;
+  if (!seg && (seg = segment_new(pool)) != NULL) start = find_free(seg, n, align);
+  if (!seg || start == SIZE_MAX) {
+    pthread_mutex_unlock(&_strata_seg_lock);
+    return NULL;
+  }
+  for (size_t i = start; i < start + n; i++) {
+    seg->free_map[i / 64] &= ~(1ull << (i % 64));
+    seg->pages[i].kind = PK_TAIL;
+    seg->pages[i].head = (uint32_t)start;
+  }
+  seg->used_pages += (uint32_t)n;
+  if (seg->used_pages == PAGES_PER_SEG && in_pool(seg)) list_remove(&pools[pool], seg);
+  page_t *head = &seg->pages[start];
+  memset(head, 0, sizeof *head);
+  head->head = (uint32_t)start;
+  pthread_mutex_unlock(&_strata_seg_lock);
+  return head;
+}
+
+void _strata_pages_free(page_t *head, size_t n, bool purge) {
+  segment_t *seg = _strata_segment_of_page(head);
+  size_t start = _strata_page_index(head);
+  pthread_mutex_lock(&_strata_seg_lock);
+  for (size_t i = start; i < start + n; i++) {
+    strata_assert(1, !(seg->free_map[i / 64] >> (i % 64) & 1));
+    memset(&seg->pages[i], 0, sizeof seg->pages[i]);
+    seg->free_map[i / 64] |= 1ull << (i % 64);
+  }
+  seg->used_pages -= (uint32_t)n;
+  if (!in_pool(seg)) list_push(&pools[seg->pool], seg);
+  if (seg->used_pages == SEG_META_PAGES) { /* empty: back to the OS */
+    list_remove(&pools[seg->pool], seg);
+    registry_set(seg, SEG_SIZE, false);
+    STAT_ADD(segments, -1);
+    STAT_ADD(segment_bytes, -(int64_t)SEG_SIZE);
+    STAT_ADD(pool_bytes[seg->pool], -(int64_t)SEG_SIZE);
+    _strata_prim_unmap(seg, SEG_SIZE);
+  } else if (purge) {
+    _strata_prim_purge((char *)seg + start * PAGE_SIZE, n * PAGE_SIZE);
+    STAT_ADD(purged_bytes, (int64_t)(n * PAGE_SIZE));
+  }
+  pthread_mutex_unlock(&_strata_seg_lock);
+}
+
+large_t *_strata_large_map(int pool, size_t size, size_t align) {
+  size_t off = align > PAGE_SIZE ? align : PAGE_SIZE;
+  /* whole 4 MiB chunks, so no foreign mapping can share a chunk the registry marks as ours
+   * (the untouched tail costs address space only) */
+  size_t map = align_up(off + size, SEG_SIZE);
+  if (map < size || size > ((size_t)1 << 46)) return NULL; /* overflow, or beyond any machine */
+  pthread_mutex_lock(&_strata_seg_lock);
+  large_t *l = registry_init() ? _strata_prim_map(map, SEG_SIZE) : NULL;
+  if (l) {
+    l->magic = STRATA_MAGIC;
+    l->kind = SEG_LARGE;
+    l->map_size = map;
+    l->data_off = off;
+    bind_range(pool, (char *)l + off, map - off);
+    registry_set(l, map, true);
+    STAT_ADD(large_objects, 1);
+    STAT_ADD(large_bytes, (int64_t)map);
+  }
+  pthread_mutex_unlock(&_strata_seg_lock);
+  return l;
+}
+
+void _strata_large_unmap(large_t *l) {
+  pthread_mutex_lock(&_strata_seg_lock);
+  registry_set(l, l->map_size, false);
+  STAT_ADD(large_objects, -1);
+  STAT_ADD(large_bytes, -(int64_t)l->map_size);
+  pthread_mutex_unlock(&_strata_seg_lock);
+  _strata_prim_unmap(l, l->map_size);
+}

@@ -1,0 +1,207 @@
+/* span.c: the fast path of the shared arenas (default, and one per tier).
+ *
+ * Small objects (<= 16 KiB) are rounded to one of 36 size classes: multiples of 16 up to
+ * 128, then four classes per power of two (worst-case waste 25 %, typically ~10 %). A span
+ * is 64 KiB of one class, taken from the arena's segment pool. Every block of class size
+ * 2^k is 2^k aligned.
+ *
+ * Each thread keeps, per shared arena and class, a list of free blocks (its cache). malloc
+ * pops from it, free pushes to it, whatever thread allocated the block: a cross-thread free
+ * costs the same as a local one. When a list is empty it is refilled with a batch from the
+ * arena's central list of spans (one mutex per class); when it grows past its limit
+ * (STRATA_TCACHE_BYTES), half goes back to the spans. A span whose blocks are all free is
+ * returned to its segment, so memory is bounded by what is live plus the caches. */
+#include "internal.h"
+
+typedef struct bin_s {
+  block_t *head;
+  uint32_t count, max;
+} bin_t;
+
+typedef struct tcache_s {
+  bin_t bins[NSHARED][NCLASSES];
+} tcache_t;
+
+static __thread tcache_t *tls_cache __attribute__((tls_model("initial-exec")));
+static __thread bool tls_exited __attribute__((tls_model("initial-exec")));
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+size_t _strata_class_size(size_t cls) {
+  if (cls <= 8) return cls * 16;
+  size_t k = cls - 9, b = 7 + k / 4, sub = k % 4;
+  return (4 + sub + 1) << (b - 2);
+}
+
+size_t _strata_class_of(size_t size) {
+  if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
+  size_t w = size - 1;
+  size_t b = 63 - (size_t)__builtin_clzl(w); /* w in [2^b, 2^(b+1)) */
+  return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
+}
+
+/* ---- central lists: spans with free blocks, per shared arena and class ------------------ */
+
+static void partial_push(central_t *c, page_t *s) {
+  s->prev = NULL;
+  s->next = c->partial;
+  if (c->partial) c->partial->prev = s;
+  c->partial = s;
+  s->in_list = 1;
+}
+
+static void partial_remove(central_t *c, page_t *s) {
+  if (s->prev) s->prev->next = s->next;
+  else c->partial = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->next = s->prev = NULL;
+  s->in_list = 0;
+}
+
+/* Take up to n blocks for *chain; returns how many (0 when out of memory). */
+static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n) {
+  central_t *c = &a->central[cls];
+  size_t size = _strata_class_size(cls);
+  uint32_t got = 0;
+  pthread_mutex_lock(&c->lock);
+  while (got < n) {
+    page_t *s = c->partial;
+    if (!s) {
+      s = _strata_pages_alloc(a->pool, SPAN_PAGES, SPAN_PAGES, NULL);
+      if (!s) break;
+      s->kind = PK_SPAN;
+      s->cls = (uint8_t)cls;
+      s->arena = a;
+      s->u.span.capacity = (uint32_t)(SPAN_SIZE / size);
+      partial_push(c, s);
+      STAT_ADD(spans, 1);
+    }
+    char *base = _strata_page_addr(s);
+    while (got < n) {
+      block_t *b = s->u.span.free;
+      if (b) s->u.span.free = b->next;
+      else if (s->u.span.bump < s->u.span.capacity) b = (block_t *)(base + size * s->u.span.bump++);
+      else break;
+      b->next = *chain;
+      *chain = b;
+      s->u.span.used++;
+      got++;
+    }
+    if (!s->u.span.free && s->u.span.bump == s->u.span.capacity) partial_remove(c, s);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return got;
+}
+
+/* Give a chain of blocks (all of class cls in arena a) back to their spans. */
+static void central_give(arena_t *a, size_t cls, block_t *chain) {
+  central_t *c = &a->central[cls];
+  pthread_mutex_lock(&c->lock);
+  while (chain) {
+    block_t *b = chain;
+    chain = b->next;
+    page_t *s = _strata_page_of(b);
+    strata_assert(1, s && s->kind == PK_SPAN && s->cls == cls && s->arena == a);
+    b->next = s->u.span.free;
+    s->u.span.free = b;
+    s->u.span.used--;
+    if (!s->in_list) partial_push(c, s);
+    if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
+      partial_remove(c, s);
+      _strata_pages_free(s, SPAN_PAGES, false);
+      STAT_ADD(spans, -1);
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- thread caches ------------------------------------------------------------------------ */
+
+static void cache_flush_bin(arena_t *a, size_t cls, bin_t *bin, uint32_t keep) {
+  if (bin->count <= keep) return;
+  block_t *chain = bin->head;
+  block_t *last = chain;
+  for (uint32_t i = 1; i < bin->count - keep; i++) last = last->next;
+  bin->head = last->next;
+  last->next = NULL;
+  bin->count = keep;
+  central_give(a, cls, chain);
+}
+
+static void cache_destroy(void *arg) {
+  tcache_t *tc = arg;
+  for (int s = 0; s < NSHARED; s++)
+    for (size_t c = 1; c < NCLASSES; c++)
+      if (tc->bins[s][c].count) cache_flush_bin(_strata_shared(s), c, &tc->bins[s][c], 0);
+  tls_cache = NULL;
+  tls_exited = true; /* later frees in this thread (other destructors) bypass the cache */
+  _strata_meta_free(tc, sizeof *tc);
+}
+
+static void cache_key_init(void) { pthread_key_create(&cache_key, cache_destroy); }
+
+static tcache_t *cache_get(void) {
+  tcache_t *tc = tls_cache;
+  if (likely(tc) || tls_exited) return tc;
+  pthread_once(&cache_once, cache_key_init);
+  tc = _strata_meta_alloc(sizeof *tc);
+  if (!tc) return NULL;
+  size_t bytes = (size_t)_strata_option(OPT_TCACHE_BYTES);
+  for (size_t c = 1; c < NCLASSES; c++) {
+    size_t m = bytes / _strata_class_size(c);
+    m = m < 4 ? 4 : m > 512 ? 512 : m;
+    for (int s = 0; s < NSHARED; s++) tc->bins[s][c].max = (uint32_t)m;
+  }
+  tls_cache = tc;
+  pthread_setspecific(cache_key, tc);
+  return tc;
+}
+
+void *_strata_span_alloc(arena_t *a, size_t cls) {
+  tcache_t *tc = cache_get();
+  if (unlikely(!tc)) {
+    block_t *b = NULL;
+    return central_take(a, cls, &b, 1) ? b : NULL;
+  }
+  bin_t *bin = &tc->bins[a->shared][cls];
+  block_t *b = bin->head;
+  if (likely(b)) {
+    bin->head = b->next;
+    bin->count--;
+    return b;
+  }
+  STAT_ADD(tcache_refills, 1);
+  block_t *chain = NULL;
+  uint32_t got = central_take(a, cls, &chain, bin->max / 2 ? bin->max / 2 : 1);
+  if (!got) return NULL;
+  bin->head = chain->next;
+  bin->count = got - 1;
+  return chain;
+}
+
+void _strata_span_free(page_t *span, void *p) {
+  arena_t *a = span->arena;
+  block_t *b = p;
+  tcache_t *tc = cache_get();
+  if (unlikely(!tc)) {
+    b->next = NULL;
+    central_give(a, span->cls, b);
+    return;
+  }
+  bin_t *bin = &tc->bins[a->shared][span->cls];
+  b->next = bin->head;
+  bin->head = b;
+  if (unlikely(++bin->count > bin->max)) {
+    STAT_ADD(tcache_flushes, 1);
+    cache_flush_bin(a, span->cls, bin, bin->max / 2);
+  }
+}
+
+/* Give this thread's cached blocks back (tests and statistics use it; threads do it at exit). */
+void _strata_tcache_flush_all(void) {
+  tcache_t *tc = tls_cache;
+  if (!tc) return;
+  for (int s = 0; s < NSHARED; s++)
+    for (size_t c = 1; c < NCLASSES; c++)
+      if (tc->bins[s][c].count) cache_flush_bin(_strata_shared(s), c, &tc->bins[s][c], 0);
+}

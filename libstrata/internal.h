@@ -1,0 +1,246 @@
+/* internal.h: names shared between libstrata's files, grouped by the file that defines them.
+ *
+ * Memory layout, in one picture:
+ *
+ *   segment (4 MiB, 4 MiB aligned, bound to one tier or unbound)
+ *   ┌──────────────┬───────────────────────────────────────────────────────────┐
+ *   │ header +     │ 4 KiB pages, each described by one page_t in the header:   │
+ *   │ page_t[1024] │  SPAN  16 pages of one size class (shared arenas' fast path)│
+ *   │ (META pages) │  MIXED one page of mixed-size objects, 16-byte granules,   │
+ *   │              │        bitmaps in its page_t (arenas and next_to)          │
+ *   │              │  RUN   n pages holding one medium object                   │
+ *   └──────────────┴───────────────────────────────────────────────────────────┘
+ *   large object (>= 1 MiB): its own mapping, 4 MiB aligned, header page, then data.
+ *
+ * A byte map over the address space (the registry) says which 4 MiB chunks are Strata's, so
+ * any pointer maps to its segment and page descriptor in O(1), and foreign pointers are
+ * recognised.
+ */
+#ifndef STRATA_INTERNAL_H
+#define STRATA_INTERNAL_H
+
+#include "strata.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- sizes --------------------------------------------------------------------------- */
+
+#define PAGE_SHIFT 12
+#define PAGE_SIZE ((size_t)1 << PAGE_SHIFT)
+#define SEG_SHIFT 22
+#define SEG_SIZE ((size_t)1 << SEG_SHIFT)
+#define PAGES_PER_SEG (SEG_SIZE / PAGE_SIZE)       /* 1024 */
+#define SPAN_PAGES 16                           /* a class span is 64 KiB */
+#define SPAN_SIZE (SPAN_PAGES * PAGE_SIZE)
+#define GRANULE 16                              /* mixed pages: allocation unit */
+#define PAGE_GRANULES (PAGE_SIZE / GRANULE)     /* 256 */
+#define MIXED_MAX 2048                          /* largest object on a mixed page */
+#define SMALL_MAX 16384                         /* largest size class */
+#define LARGE_MIN ((size_t)1 << 20)             /* from here on, a mapping of its own */
+#define NCLASSES 37                             /* classes 1..36; 0 unused */
+#define NSHARED (1 + STRATA_MAX_TIERS)          /* shared arenas: default, then one per tier */
+#define ALIGN_MAX ((size_t)1 << 20)
+
+#define STRATA_MAGIC 0x53545241u /* "STRA" */
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+static inline size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+
+/* ---- assertions: graded, compiled in by STRATA_DEBUG level (0 none, 1 cheap, 2 internal) - */
+
+#ifndef STRATA_DEBUG
+#define STRATA_DEBUG 0
+#endif
+void _strata_assert_fail(const char *expr, const char *file, int line);
+#define strata_assert(lvl, e) \
+  ((STRATA_DEBUG >= (lvl) && !(e)) ? _strata_assert_fail(#e, __FILE__, __LINE__) : (void)0)
+
+/* ---- data structures ------------------------------------------------------------------ */
+
+typedef struct block_s { struct block_s *next; } block_t;
+
+typedef enum page_kind_e {
+  PK_FREE = 0, PK_META, PK_SPAN, PK_MIXED, PK_RUN, PK_TAIL,
+} page_kind_t;
+
+typedef struct strata_arena_s arena_t;
+
+typedef struct page_s {
+  uint8_t kind;       /* page_kind_t */
+  uint8_t cls;        /* PK_SPAN: size class */
+  uint8_t in_list;    /* PK_SPAN: on its central's partial list */
+  uint8_t pad;
+  uint32_t head;      /* PK_TAIL: page index of the span/run head */
+  arena_t *arena;     /* owner (head pages) */
+  struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
+  union {
+    struct { block_t *free; uint32_t used, bump, capacity; } span;
+    struct { uint64_t alloc[4], start[4]; uint32_t used; } mixed; /* bits per granule */
+    struct { uint32_t npages; } run;
+  } u;
+} page_t;
+
+typedef enum seg_kind_e { SEG_PAGES = 1, SEG_LARGE = 2 } seg_kind_t;
+
+typedef struct segment_s {
+  uint32_t magic, kind;       /* common prefix with large_t */
+  int pool;                   /* binding: 0 unbound, 1 + tier */
+  uint32_t used_pages;        /* including the META pages */
+  uint64_t free_map[PAGES_PER_SEG / 64]; /* bit set = page free */
+  struct segment_s *next, *prev;     /* pool list */
+  page_t pages[PAGES_PER_SEG];
+} segment_t;
+
+#define SEG_META_PAGES ((sizeof(segment_t) + PAGE_SIZE - 1) / PAGE_SIZE)
+
+typedef struct large_s {
+  uint32_t magic, kind;       /* common prefix with segment_t */
+  arena_t *arena;
+  size_t map_size, data_off;
+  struct large_s *next, *prev;
+} large_t;
+
+/* a shared arena's per-class pool of spans with free blocks */
+typedef struct central_s {
+  pthread_mutex_t lock;
+  page_t *partial;
+} central_t;
+
+struct strata_arena_s {
+  uint32_t magic;
+  int shared;               /* index 0..NSHARED-1, or -1 for a user arena */
+  int tier;                 /* bound tier, -1 unbound */
+  int pool;                 /* segment pool = tier + 1 */
+  pthread_mutex_t lock;     /* guards mixed, cur, runs, larges */
+  page_t *mixed, *cur;      /* mixed pages; the one new objects go to */
+  page_t *runs;
+  large_t *larges;
+  central_t *central;       /* shared arenas only: [NCLASSES] */
+};
+
+/* ---- options.c ------------------------------------------------------------------------ */
+
+typedef enum option_id_e {
+  OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT__COUNT
+} option_id_t;
+int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
+const char *_strata_option_str(option_id_t id);  /* string options: NULL when unset */
+enum { BIND_PREFERRED = 0, BIND_STRICT = 1 };
+void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- stats.c: one field list, expanded into the counters, the table and the JSON ------- */
+
+#define STRATA_STATS(X)                                                                  \
+  X(segments, "count", "4 MiB segments mapped")                                          \
+  X(segment_bytes, "bytes", "bytes mapped as segments")                                  \
+  X(large_objects, "count", "objects with a mapping of their own")                       \
+  X(large_bytes, "bytes", "bytes mapped for large objects")                              \
+  X(spans, "count", "64 KiB size-class spans in use")                                    \
+  X(mixed_pages, "count", "mixed-size pages in use (arenas, next_to)")                   \
+  X(runs, "count", "multi-page runs in use (medium objects)")                            \
+  X(arenas, "count", "user arenas alive")                                                \
+  X(tcache_refills, "count", "thread-cache refills from the shared spans")               \
+  X(tcache_flushes, "count", "thread-cache flushes back to the shared spans")            \
+  X(next_to_same_page, "count", "next_to placed on the page of its target")              \
+  X(next_to_other_page, "count", "next_to placed on another page of the target's arena") \
+  X(next_to_foreign, "count", "next_to of a pointer Strata does not own (default used)") \
+  X(free_foreign, "count", "frees of pointers Strata does not own (ignored)")            \
+  X(free_invalid, "count", "frees detected as double or interior (ignored)")             \
+  X(tier_clamped, "count", "tier(n) requests beyond the last tier (clamped)")            \
+  X(bind_calls, "count", "ranges bound to a tier through the machine")                   \
+  X(bind_failed, "count", "bind requests the machine refused")                           \
+  X(purged_bytes, "bytes", "bytes returned to the OS from live segments")
+
+typedef struct stats_s {
+#define X(name, unit, doc) _Atomic int64_t name;
+  STRATA_STATS(X)
+#undef X
+  _Atomic int64_t pool_bytes[NSHARED]; /* segment bytes per binding: unbound, tier 0.. */
+} stats_t;
+extern stats_t _strata_stats;
+#define STAT_ADD(field, n) atomic_fetch_add_explicit(&_strata_stats.field, (n), memory_order_relaxed)
+
+/* ---- meta.c: the allocator's own metadata (never libc malloc) -------------------------- */
+
+void *_strata_meta_alloc(size_t size);           /* zeroed; NULL on failure */
+void _strata_meta_free(void *p, size_t size);
+
+/* ---- segment.c: registry, segments, page runs ----------------------------------------- */
+
+extern pthread_mutex_t _strata_seg_lock;
+/* The segment or large header owning p, or NULL if p is not Strata's. */
+void *_strata_chunk_of(const void *p);
+/* The page descriptor of p's page (head page for spans and runs), NULL when p is not in a
+ * segment (foreign or large). */
+page_t *_strata_page_of(const void *p);
+static inline segment_t *_strata_segment_of_page(const page_t *pg) {
+  return (segment_t *)((uintptr_t)pg & ~(SEG_SIZE - 1));
+}
+static inline size_t _strata_page_index(const page_t *pg) {
+  return (size_t)(pg - _strata_segment_of_page(pg)->pages);
+}
+static inline void *_strata_page_addr(const page_t *pg) {
+  return (char *)_strata_segment_of_page(pg) + (_strata_page_index(pg) << PAGE_SHIFT);
+}
+/* npages contiguous free pages of pool, start index a multiple of align_pages, trying the
+ * page right after `near` first (keeps an arena's pages neighbours). Caller holds no lock. */
+page_t *_strata_pages_alloc(int pool, size_t npages, size_t align_pages, const page_t *near);
+/* Give pages back; purge = also return the memory to the OS. */
+void _strata_pages_free(page_t *head, size_t npages, bool purge);
+large_t *_strata_large_map(int pool, size_t size, size_t align);
+void _strata_large_unmap(large_t *l);
+
+/* ---- span.c: size classes, shared spans, thread caches --------------------------------- */
+
+size_t _strata_class_of(size_t size);            /* 1..NCLASSES-1 for size <= SMALL_MAX */
+size_t _strata_class_size(size_t cls);
+void *_strata_span_alloc(arena_t *shared, size_t cls);
+void _strata_span_free(page_t *span, void *p);
+void _strata_tcache_flush_all(void);
+
+/* ---- mixed.c: mixed-size pages (arena and next_to allocation) ------------------------- */
+
+void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *near);
+void _strata_mixed_free(page_t *pg, void *p);    /* arena lock held */
+size_t _strata_mixed_usable(const page_t *pg, const void *p);
+void _strata_mixed_release_all(arena_t *a);      /* arena destroy */
+
+/* ---- arena.c: arenas, runs, large objects, the shared arenas ---------------------------- */
+
+arena_t *_strata_shared(int idx);                /* 0 default, 1 + tier */
+int _strata_place_tier(strata_place_t place);    /* -1 unbound, else the tier (clamped) */
+void *_strata_arena_alloc(arena_t *a, size_t size, size_t align, const void *near);
+void _strata_run_free(page_t *run, void *p);
+void _strata_large_free(large_t *l, void *p);
+
+/* ---- machine/linux.c: the machine interface -------------------------------------------- */
+
+typedef struct strata_machine_s {
+  const char *name;
+  /* Bind [p, p+len) to the nodes of nodemask (mode BIND_PREFERRED: first node preferred,
+   * falling back; BIND_STRICT: only those nodes). 0 or -errno. */
+  int (*bind)(void *p, size_t len, uint64_t nodemask, int mode);
+  /* For each page address, its node (>= 0) or -errno (-ENOENT: not present). 0 or -errno. */
+  int (*where)(void *const *pages, size_t n, int *status);
+  /* Move each page to nodes[i]; status as for where. 0 or -errno. */
+  int (*move)(void *const *pages, size_t n, const int *nodes, int *status);
+} strata_machine_t;
+extern const strata_machine_t *_strata_machine;
+extern const strata_machine_t _strata_machine_linux;
+void *_strata_prim_map(size_t size, size_t align);  /* zeroed, aligned; NULL on failure */
+void _strata_prim_unmap(void *p, size_t size);
+void _strata_prim_purge(void *p, size_t size);
+
+/* ---- machine/topo.c -------------------------------------------------------------------- */
+
+uint64_t _strata_tier_nodemask(int tier);
+int _strata_ntiers(void);
+int _strata_node_tier(int node);                  /* -1 for an unknown node */
+
+#endif

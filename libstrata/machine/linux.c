@@ -1,0 +1,62 @@
+/* linux.c: the Linux machine. Memory comes from mmap; placement goes through the NUMA
+ * system calls (mbind, move_pages), called directly so libstrata needs no libnuma.
+ *
+ * The machine is reached through _strata_machine, so the emulated machine can stand in for
+ * this one without libstrata knowing. */
+#include "internal.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MPOL_PREFERRED 1
+#define MPOL_BIND 2
+#define MPOL_MF_MOVE (1 << 1)
+
+void *_strata_prim_map(size_t size, size_t align) {
+  if (align <= PAGE_SIZE) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+  }
+  /* over-map, then trim both ends to the alignment */
+  size_t over = size + align;
+  if (over < size) return NULL;
+  char *p = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  char *a = (char *)align_up((uintptr_t)p, align);
+  if (a > p) munmap(p, (size_t)(a - p));
+  size_t tail = (size_t)((p + over) - (a + size));
+  if (tail) munmap(a + size, tail);
+  return a;
+}
+
+void _strata_prim_unmap(void *p, size_t size) { munmap(p, size); }
+
+void _strata_prim_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
+
+static int linux_bind(void *p, size_t len, uint64_t nodemask, int mode) {
+  unsigned long mask = (unsigned long)nodemask;
+  int mpol = MPOL_BIND;
+  if (mode == BIND_PREFERRED) {
+    mpol = MPOL_PREFERRED; /* one node: the lowest of the tier */
+    mask = nodemask & (~nodemask + 1);
+  }
+  if (syscall(SYS_mbind, p, len, mpol, &mask, (unsigned long)STRATA_MAX_NODES + 1, 0) != 0)
+    return -errno;
+  return 0;
+}
+
+static int linux_where(void *const *pages, size_t n, int *status) {
+  if (syscall(SYS_move_pages, 0, (unsigned long)n, pages, NULL, status, 0) != 0) return -errno;
+  return 0;
+}
+
+static int linux_move(void *const *pages, size_t n, const int *nodes, int *status) {
+  if (syscall(SYS_move_pages, 0, (unsigned long)n, pages, nodes, status, MPOL_MF_MOVE) < 0)
+    return -errno;
+  return 0;
+}
+
+const strata_machine_t _strata_machine_linux = {"linux", linux_bind, linux_where, linux_move};
+const strata_machine_t *_strata_machine = &_strata_machine_linux;

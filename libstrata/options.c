@@ -1,0 +1,174 @@
+/* options.c: every option of libstrata in one table. The table is the documentation.
+ *
+ * Each option is read from STRATA_<NAME> on first use. Sizes accept K/M/G suffixes,
+ * booleans 1/true/yes/on (and 0/false/no/off). A value that does not parse keeps the default
+ * and says so on stderr (once). */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+typedef enum opt_type_e { T_BOOL, T_SIZE, T_STRING, T_ENUM } opt_type_t;
+
+typedef struct option_s {
+  const char *name;     /* STRATA_ + upper case of this */
+  opt_type_t type;
+  int64_t def;
+  const char *unit;
+  const char *doc;
+  const char *choices;  /* T_ENUM: comma separated, value = index */
+} option_t;
+
+static const option_t options[OPT__COUNT] = {
+    [OPT_VERBOSE] = {"verbose", T_BOOL, 0, "bool",
+                     "print options at start and statistics at exit, to stderr", NULL},
+    [OPT_TIERS] = {"tiers", T_STRING, 0, "node lists",
+                   "tier override, fastest first: '0,2;1' = tier 0 nodes 0,2; tier 1 node 1", NULL},
+    [OPT_BIND] = {"bind", T_ENUM, BIND_PREFERRED, "mode",
+                  "how tier arenas bind pages: preferred (fall back when full) or strict",
+                  "preferred,strict"},
+    [OPT_SYSFS] = {"sysfs", T_STRING, 0, "path",
+                   "sysfs root for topology discovery (tests use fixture trees)", NULL},
+    [OPT_TCACHE_BYTES] = {"tcache_bytes", T_SIZE, 64 * 1024, "bytes",
+                          "most bytes a thread caches per size class", NULL},
+};
+
+static _Atomic int64_t values[OPT__COUNT];
+static _Atomic int loaded[OPT__COUNT]; /* 0 no, 1 yes */
+
+static void env_name(const option_t *o, char *buf, size_t n) {
+  size_t i = 0;
+  const char *pre = "STRATA_";
+  for (; *pre && i + 1 < n; pre++) buf[i++] = *pre;
+  for (const char *s = o->name; *s && i + 1 < n; s++)
+    buf[i++] = (*s >= 'a' && *s <= 'z') ? (char)(*s - 'a' + 'A') : *s;
+  buf[i] = 0;
+}
+
+static bool parse_size(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || errno) return false;
+  unsigned shift = 0;
+  switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'I') end++;
+  if (*end == 'b' || *end == 'B') end++;
+  if (*end) return false;
+  if (v > (unsigned long long)(INT64_MAX >> shift)) return false;
+  *out = (int64_t)(v << shift);
+  return true;
+}
+
+static bool parse_bool(const char *s, int64_t *out) {
+  static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    if (!strcasecmp(s, yes[i])) { *out = 1; return true; }
+    if (!strcasecmp(s, no[i])) { *out = 0; return true; }
+  }
+  return false;
+}
+
+static bool parse_enum(const char *s, const char *choices, int64_t *out) {
+  size_t len = strlen(s);
+  int64_t idx = 0;
+  for (const char *c = choices; *c; idx++) {
+    const char *e = strchr(c, ',');
+    size_t n = e ? (size_t)(e - c) : strlen(c);
+    if (n == len && !strncasecmp(c, s, n)) { *out = idx; return true; }
+    if (!e) break;
+    c = e + 1;
+  }
+  return false;
+}
+
+static void load(option_id_t id) {
+  const option_t *o = &options[id];
+  char name[64];
+  env_name(o, name, sizeof name);
+  const char *s = getenv(name);
+  int64_t v = o->def;
+  if (s && o->type != T_STRING) {
+    bool ok = o->type == T_BOOL   ? parse_bool(s, &v)
+              : o->type == T_SIZE ? parse_size(s, &v)
+                                  : parse_enum(s, o->choices, &v);
+    if (!ok) {
+      v = o->def;
+      /* always said: a silently ignored setting is worse than a line on stderr */
+      char buf[256];
+      int n = snprintf(buf, sizeof buf, "strata: %s='%s' is not a valid %s; using the default\n",
+                       name, s, o->unit);
+      if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    }
+  }
+  atomic_store(&values[id], v);
+  atomic_store(&loaded[id], 1);
+}
+
+int64_t _strata_option(option_id_t id) {
+  if (unlikely(!atomic_load_explicit(&loaded[id], memory_order_acquire))) load(id);
+  return atomic_load_explicit(&values[id], memory_order_relaxed);
+}
+
+const char *_strata_option_str(option_id_t id) {
+  char name[64];
+  env_name(&options[id], name, sizeof name);
+  const char *s = getenv(name);
+  return (s && *s) ? s : NULL;
+}
+
+void _strata_message(const char *fmt, ...) {
+  if (!_strata_option(OPT_VERBOSE)) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+void _strata_assert_fail(const char *expr, const char *file, int line) {
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "strata: assertion failed: %s (%s:%d)\n", expr, file, line);
+  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+  abort(); /* an invariant is broken: continuing would corrupt memory */
+}
+
+void strata_options_print(strata_output_fn *out, void *arg) {
+  for (int i = 0; i < OPT__COUNT; i++) {
+    const option_t *o = &options[i];
+    char name[64], val[96], def[32], line[512];
+    env_name(o, name, sizeof name);
+    if (o->type == T_STRING) {
+      const char *s = _strata_option_str((option_id_t)i);
+      snprintf(val, sizeof val, "%s", s ? s : "(unset)");
+      snprintf(def, sizeof def, "(unset)");
+    } else if (o->type == T_ENUM) {
+      int64_t v = _strata_option((option_id_t)i), k = 0;
+      const char *c = o->choices;
+      for (; k < v && strchr(c, ','); k++) c = strchr(c, ',') + 1;
+      const char *e = strchr(c, ',');
+      snprintf(val, sizeof val, "%.*s", (int)(e ? (size_t)(e - c) : strlen(c)), c);
+      e = strchr(o->choices, ',');
+      snprintf(def, sizeof def, "%.*s", (int)(e ? (size_t)(e - o->choices) : strlen(o->choices)),
+               o->choices);
+    } else {
+      snprintf(val, sizeof val, "%lld", (long long)_strata_option((option_id_t)i));
+      snprintf(def, sizeof def, "%lld", (long long)o->def);
+    }
+    snprintf(line, sizeof line, "%-22s %-12s default %-10s [%s] %s\n", name, val, def, o->unit,
+             o->doc);
+    if (out) out(line, arg);
+    else (void)!write(2, line, strlen(line));
+  }
+}

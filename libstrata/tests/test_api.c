@@ -1,0 +1,269 @@
+/* test_api.c: the edge cases of the explicit API, each asserting a result. */
+#include "strata.h"
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed + i * 7);
+}
+static int same(const unsigned char *p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (unsigned char)(seed + i * 7)) return 0;
+  return 1;
+}
+
+static void test_zero_and_huge(void) {
+  void *a = strata_malloc(0, strata_default()), *b = strata_malloc(0, strata_default());
+  CHECK(a && b && a != b);
+  CHECK(strata_usable_size(a) >= 1);
+  strata_free(a);
+  strata_free(b);
+  errno = 0;
+  CHECK(strata_malloc(SIZE_MAX, strata_default()) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(strata_malloc(SIZE_MAX - 4096, strata_hot()) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(strata_malloc((size_t)1 << 50, strata_default()) == NULL && errno == ENOMEM);
+  errno = 0;
+  CHECK(strata_calloc(SIZE_MAX / 2, 3, strata_default()) == NULL && errno == ENOMEM);
+  strata_arena_t *ar = strata_arena_new(strata_default());
+  errno = 0;
+  CHECK(strata_malloc(SIZE_MAX, strata_in_arena(ar)) == NULL && errno == ENOMEM);
+  CHECK(strata_arena_destroy(ar) == 0);
+  errno = 0;
+  CHECK(strata_malloc(8, strata_in_arena(NULL)) == NULL && errno == EINVAL);
+  errno = 0;
+  CHECK(strata_malloc_aligned(8, 48, strata_default()) == NULL && errno == EINVAL);
+  strata_free(NULL);
+}
+
+/* every size from 0 to 20 KiB, then powers of two up to 8 MiB, in every kind of placement:
+ * 16-byte alignment, usable size >= requested, contents kept */
+static void test_sizes_alignment(void) {
+  strata_arena_t *ar = strata_arena_new(strata_default());
+  strata_place_t places[] = {strata_default(), strata_hot(), strata_cold(), strata_in_arena(ar)};
+  int bad_align = 0, bad_usable = 0, bad_content = 0;
+  for (size_t k = 0; k < sizeof places / sizeof places[0]; k++) {
+    for (size_t size = 0; size <= 20480; size += (size < 1024 ? 1 : 61)) {
+      unsigned char *p = strata_malloc(size, places[k]);
+      if (!p) { bad_usable++; continue; }
+      if ((uintptr_t)p % 16) bad_align++;
+      if (strata_usable_size(p) < size) bad_usable++;
+      fill(p, size, (unsigned)size);
+      if (!same(p, size, (unsigned)size)) bad_content++;
+      strata_free(p);
+    }
+    for (size_t size = 32768; size <= ((size_t)8 << 20); size *= 2) {
+      unsigned char *p = strata_malloc(size + 3, places[k]);
+      if (!p || (uintptr_t)p % 16 || strata_usable_size(p) < size + 3) { bad_usable++; continue; }
+      if (size >= 16384 && (uintptr_t)p % 4096) bad_align++; /* runs and large: page aligned */
+      fill(p, size + 3, 1);
+      if (!same(p, size + 3, 1)) bad_content++;
+      strata_free(p);
+    }
+  }
+  CHECK(bad_align == 0);
+  CHECK(bad_usable == 0);
+  CHECK(bad_content == 0);
+  /* explicit alignments */
+  int bad = 0;
+  for (size_t al = 16; al <= ((size_t)1 << 20); al *= 2)
+    for (size_t size = 1; size < 70000; size = size * 3 + 5)
+      for (size_t k = 0; k < sizeof places / sizeof places[0]; k++) {
+        void *p = strata_malloc_aligned(size, al, places[k]);
+        if (!p || (uintptr_t)p % al || strata_usable_size(p) < size) bad++;
+        strata_free(p);
+      }
+  CHECK(bad == 0);
+  CHECK(strata_arena_destroy(ar) == 0);
+}
+
+static void test_realloc(void) {
+  strata_arena_t *ar = strata_arena_new(strata_cold());
+  strata_place_t places[] = {strata_default(), strata_hot(), strata_in_arena(ar)};
+  for (size_t k = 0; k < 3; k++) {
+    unsigned char *p = strata_malloc(10, places[k]);
+    strata_arena_t *home = strata_arena_of(p);
+    fill(p, 10, 3);
+    size_t sizes[] = {100, 3000, 40000, (size_t)3 << 20, 50, 20000, 7};
+    size_t prev = 10;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      p = strata_realloc(p, sizes[i]);
+      CHECK(p != NULL);
+      size_t keep = prev < sizes[i] ? prev : sizes[i];
+      CHECK(same(p, keep, 3));
+      CHECK(strata_arena_of(p) == home); /* placement kept */
+      fill(p, sizes[i], 3);
+      prev = sizes[i];
+    }
+    CHECK(strata_realloc(p, 0) == NULL);
+  }
+  unsigned char *q = strata_realloc(NULL, 33);
+  CHECK(q && strata_usable_size(q) >= 33);
+  strata_free(q);
+  int x;
+  errno = 0;
+  CHECK(strata_realloc(&x, 10) == NULL && errno == EINVAL);
+  CHECK(strata_arena_destroy(ar) == 0);
+}
+
+static void test_calloc(void) {
+  for (size_t n = 1; n < 5000000; n = n * 5 + 1) {
+    unsigned char *p = strata_malloc(n, strata_default());
+    memset(p, 0xAB, n);
+    strata_free(p);
+    p = strata_calloc(n, 1, strata_default());
+    size_t nz = 0;
+    for (size_t i = 0; i < n; i++) nz += p[i] != 0;
+    CHECK(nz == 0);
+    strata_free(p);
+  }
+}
+
+static void test_next_to(void) {
+  strata_arena_t *ar = strata_arena_new(strata_default());
+  char *head = strata_malloc(32, strata_in_arena(ar));
+  /* mixed sizes next to each other share the page while it has room */
+  char *prev = head;
+  int same_page = 0;
+  for (int i = 0; i < 40; i++) {
+    char *n = strata_malloc(24 + (size_t)(i % 5) * 16, strata_next_to(prev));
+    CHECK(strata_arena_of(n) == ar);
+    same_page += ((uintptr_t)n >> 12) == ((uintptr_t)head >> 12);
+    prev = n;
+  }
+  CHECK(same_page == 40);
+  /* two chains in two arenas, allocated interleaved: each chain stays on its own pages */
+  strata_arena_t *a1 = strata_arena_new(strata_default()), *a2 = strata_arena_new(strata_default());
+  char *c1 = strata_malloc(48, strata_in_arena(a1)), *c2 = strata_malloc(48, strata_in_arena(a2));
+  uintptr_t pages1[300], pages2[300];
+  size_t n1 = 0, n2 = 0;
+  for (int i = 0; i < 300; i++) {
+    c1 = strata_malloc(48, strata_next_to(c1));
+    c2 = strata_malloc(48, strata_next_to(c2));
+    uintptr_t q1 = (uintptr_t)c1 >> 12, q2 = (uintptr_t)c2 >> 12;
+    if (!n1 || pages1[n1 - 1] != q1) pages1[n1++] = q1;
+    if (!n2 || pages2[n2 - 1] != q2) pages2[n2++] = q2;
+  }
+  CHECK(n1 <= 4 && n2 <= 4); /* 301 * 48 bytes fit in 4 pages */
+  for (size_t i = 0; i < n1; i++)
+    for (size_t j = 0; j < n2; j++) CHECK(pages1[i] != pages2[j]);
+  /* alone in its pool, a full page continues on the page right after it */
+  strata_arena_t *solo = strata_arena_new(strata_cold());
+  char *s0 = strata_malloc(1024, strata_in_arena(solo)), *s = s0;
+  for (int i = 0; i < 4; i++) s = strata_malloc(1024, strata_next_to(s));
+  CHECK(((uintptr_t)s >> 12) == ((uintptr_t)s0 >> 12) + 1);
+  CHECK(strata_arena_destroy(solo) == 0);
+  /* next_to a foreign pointer: default placement, counted */
+  int64_t before = strata_stat("next_to_foreign");
+  int local;
+  void *f = strata_malloc(16, strata_next_to(&local));
+  CHECK(f && strata_arena_of(f) != a1 && strata_stat("next_to_foreign") == before + 1);
+  strata_free(f);
+  /* next_to a freed pointer whose page is still the arena's: same arena */
+  char *x = strata_malloc(64, strata_next_to(head));
+  strata_free(x);
+  char *y = strata_malloc(64, strata_next_to(x));
+  CHECK(strata_arena_of(y) == ar);
+  /* next_to an object in a destroyed arena: default placement */
+  strata_arena_t *gone = strata_arena_new(strata_default());
+  char *g = strata_malloc(64, strata_in_arena(gone));
+  CHECK(strata_arena_destroy(gone) == 0);
+  void *z = strata_malloc(64, strata_next_to(g));
+  CHECK(z && strata_arena_of(z) != gone);
+  strata_free(z);
+  /* big objects next_to: same arena, a run of pages */
+  char *big = strata_malloc(100000, strata_next_to(head));
+  CHECK(strata_arena_of(big) == ar);
+  strata_free(big);
+  CHECK(strata_arena_destroy(ar) == 0 && strata_arena_destroy(a1) == 0 &&
+        strata_arena_destroy(a2) == 0);
+}
+
+static void test_arenas(void) {
+  CHECK(strata_arena_destroy(strata_arena_of(strata_malloc(16, strata_default()))) != 0);
+  CHECK(strata_arena_destroy(NULL) != 0);
+  CHECK(strata_arena_new(strata_in_arena(NULL)) == NULL);
+  int64_t seg0 = strata_stat("segments"), large0 = strata_stat("large_objects");
+  strata_arena_t *a = strata_arena_new(strata_hot());
+  CHECK(strata_arena_tier(a) == 0);
+  for (int i = 0; i < 5000; i++) strata_malloc((size_t)(i % 300) + 1, strata_in_arena(a));
+  for (int i = 0; i < 50; i++) strata_malloc(30000, strata_in_arena(a));
+  strata_malloc((size_t)5 << 20, strata_in_arena(a));
+  CHECK(strata_stat("segments") > seg0 && strata_stat("large_objects") == large0 + 1);
+  CHECK(strata_arena_destroy(a) == 0);
+  CHECK(strata_stat("segments") == seg0 && strata_stat("large_objects") == large0);
+  strata_arena_t *b = strata_arena_new(strata_next_to(strata_malloc(8, strata_cold())));
+  CHECK(strata_arena_tier(b) == strata_topology()->ntiers - 1);
+  CHECK(strata_arena_destroy(b) == 0);
+  int64_t clamped = strata_stat("tier_clamped");
+  void *t = strata_malloc(100, strata_tier(99));
+  CHECK(t && strata_stat("tier_clamped") == clamped + 1);
+  CHECK(strata_arena_tier(strata_arena_of(t)) == strata_topology()->ntiers - 1);
+  strata_free(t);
+}
+
+static void test_free_foreign_and_invalid(void) {
+  int64_t ff = strata_stat("free_foreign"), fi = strata_stat("free_invalid");
+  int local;
+  void *m = malloc(100);
+  strata_free(&local);
+  strata_free(m);
+  free(m);
+  CHECK(strata_stat("free_foreign") == ff + 2);
+  strata_arena_t *a = strata_arena_new(strata_default());
+  char *p = strata_malloc(100, strata_in_arena(a));
+  strata_free(p + 16);      /* interior pointer */
+  strata_free(p);
+  strata_free(p);           /* double free of a mixed object */
+  char *r = strata_malloc(50000, strata_default());
+  strata_free(r + 4096);    /* interior of a run */
+  strata_free(r);
+  CHECK(strata_stat("free_invalid") == fi + 3);
+  CHECK(strata_usable_size(&local) == 0 && !strata_owns(&local) && strata_owns(r) == 0);
+  CHECK(strata_arena_destroy(a) == 0);
+}
+
+static void test_where(void) {
+  size_t n = (size_t)4 << 20;
+  char *p = strata_malloc(n, strata_hot());
+  strata_residency_t r;
+  CHECK(strata_where(p, n, &r) == 0);
+  CHECK(r.pages == n / 4096 && r.absent_bytes == n); /* untouched: nothing resident yet */
+  memset(p, 1, n / 2);
+  CHECK(strata_where(p, n, &r) == 0);
+  uint64_t resident = 0;
+  for (int i = 0; i < STRATA_MAX_NODES; i++) resident += r.node_bytes[i];
+  CHECK(resident == n / 2 && r.tier_bytes[0] == n / 2); /* hot = tier 0 */
+  const strata_topology_t *t = strata_topology();
+  CHECK(r.node_bytes[__builtin_ctzll(t->tier_nodemask[0])] == n / 2);
+  strata_free(p);
+  CHECK(strata_where(NULL, 0, &r) == 0 && r.pages == 0);
+}
+
+static void out_count(const char *s, void *arg) { *(size_t *)arg += strlen(s); }
+
+static void test_stats(void) {
+  size_t n = 0;
+  strata_stats_print(1, out_count, &n);
+  CHECK(n > 100);
+  CHECK(strata_stat("segments") > 0 && strata_stat("no_such_counter") == -1);
+}
+
+int main(void) {
+  test_zero_and_huge();
+  test_sizes_alignment();
+  test_realloc();
+  test_calloc();
+  test_next_to();
+  test_arenas();
+  test_free_foreign_and_invalid();
+  test_where();
+  test_stats();
+  return check_done("test_api");
+}

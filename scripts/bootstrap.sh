@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# bootstrap.sh: install what building and testing Strata needs, only what is missing.
+# Debian packages via apt-get (as root, or with sudo); Rust via rustup when cargo is absent.
+set -euo pipefail
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cc || need_pkgs+=(gcc)
+have make || need_pkgs+=(make)
+have git || need_pkgs+=(git)
+# the sanitizer runtimes of gcc, for the ASan/TSan test builds
+gcc_ver=$( (cc -dumpversion 2>/dev/null || echo 12) | cut -d. -f1)
+[ -e "$(cc -print-file-name=libasan.so 2>/dev/null)" ] && [ "$(cc -print-file-name=libasan.so)" != libasan.so ] \
+  || need_pkgs+=("libasan8")
+[ -e "$(cc -print-file-name=libtsan.so 2>/dev/null)" ] && [ "$(cc -print-file-name=libtsan.so)" != libtsan.so ] \
+  || need_pkgs+=("libtsan2")
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${need_pkgs[*]} (gcc $gcc_ver)"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+if ! have cargo; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "bootstrap: cargo not found; install Rust (https://rustup.rs) and re-run" >&2
+    exit 1
+  fi
+fi
