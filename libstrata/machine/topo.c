@@ -52,7 +52,7 @@ static int parse_list(const char *s, uint64_t *mask) {
       s = end;
     }
     for (long i = a; i <= b && i < STRATA_MAX_NODES; i++) *mask |= 1ull << i;
-    if (*s == ',') s++;
+    if (*s == ',' && s[1]) s++;
     else if (*s) return -1;
   }
   return 0;

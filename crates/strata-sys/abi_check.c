@@ -1,0 +1,25 @@
+/* abi_check.c: sizes and offsets of the public structs as the C compiler lays them out, so
+ * a Rust test can check its mirror (strata-sys/src/lib.rs) field by field. */
+#include "strata.h"
+
+#include <stddef.h>
+
+#define F(type, field) offsetof(type, field)
+size_t strata_abi_layout(size_t *out, size_t n) {
+  size_t v[] = {
+      sizeof(strata_place_t), F(strata_place_t, kind), F(strata_place_t, tier),
+      F(strata_place_t, u),
+      sizeof(strata_residency_t), F(strata_residency_t, tier_bytes),
+      F(strata_residency_t, absent_bytes), F(strata_residency_t, pages),
+      sizeof(strata_node_info_t), F(strata_node_info_t, cpulist),
+      F(strata_node_info_t, total_bytes), F(strata_node_info_t, kernel_tier),
+      F(strata_node_info_t, read_latency_ns), F(strata_node_info_t, write_bandwidth_mbps),
+      F(strata_node_info_t, distance),
+      sizeof(strata_topology_t), F(strata_topology_t, nodes), F(strata_topology_t, ntiers),
+      F(strata_topology_t, tier_nodemask), F(strata_topology_t, tier_source),
+      F(strata_topology_t, nodes_source),
+  };
+  size_t k = sizeof v / sizeof v[0];
+  for (size_t i = 0; i < k && i < n; i++) out[i] = v[i];
+  return k;
+}

@@ -1,0 +1,145 @@
+//! Raw bindings to libstrata (`include/strata.h`), compiled from source by build.rs.
+//!
+//! Hand-written mirror of the header; `tests::layout_matches_c` checks every struct against
+//! the C compiler's layout. Use the safe `strata` crate unless you need the raw calls.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub const STRATA_MAX_NODES: usize = 64;
+pub const STRATA_MAX_TIERS: usize = 8;
+
+#[repr(C)]
+pub struct strata_arena_t {
+    _private: [u8; 0],
+}
+
+pub const STRATA_PLACE_DEFAULT: c_int = 0;
+pub const STRATA_PLACE_NEXT_TO: c_int = 1;
+pub const STRATA_PLACE_HOT: c_int = 2;
+pub const STRATA_PLACE_COLD: c_int = 3;
+pub const STRATA_PLACE_TIER: c_int = 4;
+pub const STRATA_PLACE_ARENA: c_int = 5;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union strata_place_u {
+    pub ptr: *const c_void,
+    pub arena: *mut strata_arena_t,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct strata_place_t {
+    pub kind: c_int,
+    pub tier: c_uint,
+    pub u: strata_place_u,
+}
+
+impl strata_place_t {
+    pub const fn new(kind: c_int) -> Self {
+        strata_place_t { kind, tier: 0, u: strata_place_u { ptr: std::ptr::null() } }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct strata_residency_t {
+    pub node_bytes: [u64; STRATA_MAX_NODES],
+    pub tier_bytes: [u64; STRATA_MAX_TIERS],
+    pub absent_bytes: u64,
+    pub pages: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct strata_node_info_t {
+    pub id: c_int,
+    pub has_cpus: c_int,
+    pub cpulist: [c_char; 64],
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub kernel_tier: c_int,
+    pub tier: c_int,
+    pub read_latency_ns: i64,
+    pub write_latency_ns: i64,
+    pub read_bandwidth_mbps: i64,
+    pub write_bandwidth_mbps: i64,
+    pub distance: [u8; STRATA_MAX_NODES],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct strata_topology_t {
+    pub nnodes: c_int,
+    pub nodes: [strata_node_info_t; STRATA_MAX_NODES],
+    pub ntiers: c_int,
+    pub tier_nodemask: [u64; STRATA_MAX_TIERS],
+    pub tier_source: [c_char; 64],
+    pub nodes_source: [c_char; 64],
+}
+
+pub type strata_output_fn = unsafe extern "C" fn(text: *const c_char, arg: *mut c_void);
+
+extern "C" {
+    pub fn strata_malloc(size: usize, place: strata_place_t) -> *mut c_void;
+    pub fn strata_calloc(n: usize, size: usize, place: strata_place_t) -> *mut c_void;
+    pub fn strata_malloc_aligned(size: usize, align: usize, place: strata_place_t) -> *mut c_void;
+    pub fn strata_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    pub fn strata_free(p: *mut c_void);
+    pub fn strata_usable_size(p: *const c_void) -> usize;
+    pub fn strata_owns(p: *const c_void) -> c_int;
+    pub fn strata_arena_new(place: strata_place_t) -> *mut strata_arena_t;
+    pub fn strata_arena_destroy(a: *mut strata_arena_t) -> c_int;
+    pub fn strata_arena_of(p: *const c_void) -> *mut strata_arena_t;
+    pub fn strata_arena_tier(a: *const strata_arena_t) -> c_int;
+    pub fn strata_where(p: *const c_void, len: usize, r: *mut strata_residency_t) -> c_int;
+    pub fn strata_topology() -> *const strata_topology_t;
+    pub fn strata_topology_discover(
+        sysfs_root: *const c_char,
+        tiers_override: *const c_char,
+        t: *mut strata_topology_t,
+    ) -> c_int;
+    pub fn strata_stats_print(json: c_int, out: Option<strata_output_fn>, arg: *mut c_void);
+    pub fn strata_stat(name: *const c_char) -> i64;
+    pub fn strata_options_print(out: Option<strata_output_fn>, arg: *mut c_void);
+    #[doc(hidden)]
+    pub fn strata_abi_layout(out: *mut usize, n: usize) -> usize;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn layout_matches_c() {
+        let rust = [
+            size_of::<strata_place_t>(),
+            offset_of!(strata_place_t, kind),
+            offset_of!(strata_place_t, tier),
+            offset_of!(strata_place_t, u),
+            size_of::<strata_residency_t>(),
+            offset_of!(strata_residency_t, tier_bytes),
+            offset_of!(strata_residency_t, absent_bytes),
+            offset_of!(strata_residency_t, pages),
+            size_of::<strata_node_info_t>(),
+            offset_of!(strata_node_info_t, cpulist),
+            offset_of!(strata_node_info_t, total_bytes),
+            offset_of!(strata_node_info_t, kernel_tier),
+            offset_of!(strata_node_info_t, read_latency_ns),
+            offset_of!(strata_node_info_t, write_bandwidth_mbps),
+            offset_of!(strata_node_info_t, distance),
+            size_of::<strata_topology_t>(),
+            offset_of!(strata_topology_t, nodes),
+            offset_of!(strata_topology_t, ntiers),
+            offset_of!(strata_topology_t, tier_nodemask),
+            offset_of!(strata_topology_t, tier_source),
+            offset_of!(strata_topology_t, nodes_source),
+        ];
+        let mut c = [0usize; 32];
+        let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };
+        assert_eq!(n, rust.len(), "abi_check.c and this test list different fields");
+        assert_eq!(&c[..n], &rust[..], "a struct in strata.h and its Rust mirror differ");
+    }
+}
