@@ -4,6 +4,9 @@
 #   make test       set up, build, and run every test (what CI runs)
 #   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
 
+# rustup installs cargo here; CI's environment may not have it on PATH
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata

@@ -34,14 +34,14 @@
 #define SEG_SHIFT 22
 #define SEG_SIZE ((size_t)1 << SEG_SHIFT)
 #define PAGES_PER_SEG (SEG_SIZE / PAGE_SIZE)       /* 1024 */
-#define SPAN_PAGES 16                           /* a class span is 64 KiB */
-#define SPAN_SIZE (SPAN_PAGES * PAGE_SIZE)
+#define SPAN_PAGES 16                           /* a class span is 64 KiB ... */
+#define SPAN_PAGES_BIG 64                       /* ... or 256 KiB for classes above 16 KiB */
 #define GRANULE 16                              /* mixed pages: allocation unit */
 #define PAGE_GRANULES (PAGE_SIZE / GRANULE)     /* 256 */
 #define MIXED_MAX 2048                          /* largest object on a mixed page */
-#define SMALL_MAX 16384                         /* largest size class */
+#define SMALL_MAX 65536                         /* largest size class */
 #define LARGE_MIN ((size_t)1 << 20)             /* from here on, a mapping of its own */
-#define NCLASSES 37                             /* classes 1..36; 0 unused */
+#define NCLASSES 45                             /* classes 1..44; 0 unused */
 #define NSHARED (1 + STRATA_MAX_TIERS)          /* shared arenas: default, then one per tier */
 #define ALIGN_MAX ((size_t)1 << 20)
 
@@ -73,14 +73,14 @@ typedef struct strata_arena_s arena_t;
 
 typedef struct page_s {
   uint8_t kind;       /* page_kind_t */
-  uint8_t cls;        /* PK_SPAN: size class */
+  uint8_t cls;        /* size class, on every page of a span (head and tails), else 0 */
   uint8_t in_list;    /* PK_SPAN: on its central's partial list */
-  uint8_t pad;
+  uint8_t shared;     /* with cls: the shared arena index of the span */
   uint32_t head;      /* PK_TAIL: page index of the span/run head */
   arena_t *arena;     /* owner (head pages) */
   struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
   union {
-    struct { block_t *free; uint32_t used, bump, capacity; } span;
+    struct { block_t *free; uint32_t used, bump, capacity, npages; } span;
     struct { uint64_t alloc[4], start[4]; uint32_t used; } mixed; /* bits per granule */
     struct { uint32_t npages; } run;
   } u;
@@ -174,8 +174,19 @@ void _strata_meta_free(void *p, size_t size);
 /* ---- segment.c: registry, segments, page runs ----------------------------------------- */
 
 extern pthread_mutex_t _strata_seg_lock;
+#define REG_ENTRIES ((size_t)1 << (47 - SEG_SHIFT))
+enum { REG_NONE = 0, REG_HEAD = 1, REG_CONT = 2 };
+extern _Atomic(_Atomic uint8_t *) _strata_registry;
+void *_strata_chunk_of_slow(size_t idx);
 /* The segment or large header owning p, or NULL if p is not Strata's. */
-void *_strata_chunk_of(const void *p);
+static inline void *_strata_chunk_of(const void *p) {
+  _Atomic uint8_t *reg = atomic_load_explicit(&_strata_registry, memory_order_acquire);
+  size_t idx = (uintptr_t)p >> SEG_SHIFT;
+  if (unlikely(!reg || idx >= REG_ENTRIES)) return NULL;
+  uint8_t v = atomic_load_explicit(&reg[idx], memory_order_relaxed);
+  if (likely(v == REG_HEAD)) return (void *)(idx << SEG_SHIFT);
+  return v == REG_CONT ? _strata_chunk_of_slow(idx) : NULL;
+}
 /* The page descriptor of p's page (head page for spans and runs), NULL when p is not in a
  * segment (foreign or large). */
 page_t *_strata_page_of(const void *p);
@@ -198,8 +209,50 @@ void _strata_large_unmap(large_t *l);
 
 /* ---- span.c: size classes, shared spans, thread caches --------------------------------- */
 
-size_t _strata_class_of(size_t size);            /* 1..NCLASSES-1 for size <= SMALL_MAX */
+/* 1..NCLASSES-1 for size <= SMALL_MAX: multiples of 16 up to 128, then 4 per power of 2 */
+static inline size_t _strata_class_of(size_t size) {
+  if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
+  size_t w = size - 1;
+  size_t b = 63 - (size_t)__builtin_clzl(w); /* w in [2^b, 2^(b+1)) */
+  return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
+}
 size_t _strata_class_size(size_t cls);
+static inline size_t _strata_span_pages(size_t cls_size) {
+  return cls_size > 16384 ? SPAN_PAGES_BIG : SPAN_PAGES; /* at least 4 blocks a span */
+}
+
+typedef struct bin_s {
+  block_t *head;
+  uint32_t count, max;
+} bin_t;
+typedef struct tcache_s {
+  bin_t bins[NSHARED][NCLASSES];
+} tcache_t;
+extern __thread tcache_t *_strata_tls_cache __attribute__((tls_model("initial-exec")));
+
+/* The fast paths: a block from / to this thread's cache, or NULL / false. */
+static inline void *_strata_tcache_pop(size_t shared, size_t cls) {
+  tcache_t *tc = _strata_tls_cache;
+  if (unlikely(!tc)) return NULL;
+  bin_t *bin = &tc->bins[shared][cls];
+  block_t *b = bin->head;
+  if (likely(b)) {
+    bin->head = b->next;
+    bin->count--;
+  }
+  return b;
+}
+static inline bool _strata_tcache_push(size_t shared, size_t cls, void *p) {
+  tcache_t *tc = _strata_tls_cache;
+  if (unlikely(!tc)) return false;
+  bin_t *bin = &tc->bins[shared][cls];
+  if (unlikely(bin->count >= bin->max)) return false;
+  ((block_t *)p)->next = bin->head;
+  bin->head = p;
+  bin->count++;
+  return true;
+}
+/* The slow paths: refill / flush through the central lists. */
 void *_strata_span_alloc(arena_t *shared, size_t cls);
 void _strata_span_free(page_t *span, void *p);
 void _strata_tcache_flush_all(void);

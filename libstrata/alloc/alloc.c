@@ -32,7 +32,10 @@ static arena_t *resolve(strata_place_t place, const void **near) {
 
 void *strata_malloc(size_t size, strata_place_t place) {
   if (likely(place.kind == STRATA_PLACE_DEFAULT && size <= SMALL_MAX)) {
-    void *p = _strata_span_alloc(_strata_shared(0), _strata_class_of(size));
+    size_t cls = _strata_class_of(size);
+    void *p = _strata_tcache_pop(0, cls);
+    if (likely(p)) return p;
+    p = _strata_span_alloc(_strata_shared(0), cls);
     if (unlikely(!p)) errno = ENOMEM;
     return p;
   }
@@ -77,9 +80,13 @@ void strata_free(void *p) {
     return;
   }
   page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
+  if (likely(pg->cls)) { /* a span page: straight to this thread's cache */
+    if (likely(_strata_tcache_push(pg->shared, pg->cls, p))) return;
+    _strata_span_free(pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg, p);
+    return;
+  }
   if (pg->kind == PK_TAIL) pg = &chunk->pages[pg->head];
   switch (pg->kind) {
-    case PK_SPAN: _strata_span_free(pg, p); return;
     case PK_MIXED: {
       arena_t *a = pg->arena;
       pthread_mutex_lock(&a->lock);

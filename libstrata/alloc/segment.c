@@ -14,11 +14,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define REG_ENTRIES ((size_t)1 << (47 - SEG_SHIFT))
-enum { REG_NONE = 0, REG_HEAD = 1, REG_CONT = 2 };
-
 pthread_mutex_t _strata_seg_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic(_Atomic uint8_t *) registry;
+_Atomic(_Atomic uint8_t *) _strata_registry;
+#define registry _strata_registry
 static segment_t *pools[NSHARED]; /* segments with at least one free page */
 
 static bool registry_init(void) { /* seg lock held */
@@ -38,11 +36,10 @@ static void registry_set(void *base, size_t size, bool on) { /* seg lock held */
                           memory_order_release);
 }
 
-void *_strata_chunk_of(const void *p) {
+/* p is inside a large mapping that started in an earlier chunk: walk back to its head */
+void *_strata_chunk_of_slow(size_t idx) {
   _Atomic uint8_t *reg = atomic_load_explicit(&registry, memory_order_acquire);
-  size_t idx = (uintptr_t)p >> SEG_SHIFT;
-  if (!reg || idx >= REG_ENTRIES) return NULL;
-  uint8_t v = atomic_load_explicit(&reg[idx], memory_order_acquire);
+  uint8_t v = REG_CONT;
   while (v == REG_CONT && idx > 0) v = atomic_load_explicit(&reg[--idx], memory_order_acquire);
   return v == REG_HEAD ? (void *)(idx << SEG_SHIFT) : NULL;
 }
@@ -64,12 +61,24 @@ static bool range_free(const segment_t *s, size_t start, size_t n) {
   return true;
 }
 
+/* first page in [i, end) that is in use, or end: a word at a time */
+static size_t next_used(const segment_t *s, size_t i, size_t end) {
+  while (i < end) {
+    uint64_t used = ~s->free_map[i / 64] >> (i % 64);
+    if (used) {
+      size_t j = i + (size_t)__builtin_ctzll(used);
+      return j < end ? j : end;
+    }
+    i = (i / 64 + 1) * 64;
+  }
+  return end;
+}
+
 /* first start >= SEG_META_PAGES, multiple of align, with n free pages; SIZE_MAX if none */
 static size_t find_free(const segment_t *s, size_t n, size_t align) {
   size_t i = align_up(SEG_META_PAGES, align);
   while (i + n <= PAGES_PER_SEG) {
-    size_t j = i;
-    while (j < i + n && (s->free_map[j / 64] >> (j % 64) & 1)) j++;
+    size_t j = next_used(s, i, i + n);
     if (j == i + n) return i;
     i = align_up(j + 1, align);
   }
@@ -132,7 +141,7 @@ page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near
   if (near) { /* the pages right after near's, when they are free: neighbours in memory */
     segment_t *ns = _strata_segment_of_page(near);
     size_t after = _strata_page_index(near) + (near->kind == PK_RUN ? near->u.run.npages
-                                               : near->kind == PK_SPAN ? SPAN_PAGES : 1);
+                                               : near->kind == PK_SPAN ? near->u.span.npages : 1);
     after = align_up(after, align);
     if (ns->pool == pool && range_free(ns, after, n)) { seg = ns; start = after; }
   }

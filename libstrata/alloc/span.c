@@ -1,9 +1,9 @@
 /* span.c: the fast path of the shared arenas (default, and one per tier).
  *
- * Small objects (<= 16 KiB) are rounded to one of 36 size classes: multiples of 16 up to
+ * Small objects (<= 64 KiB) are rounded to one of 44 size classes: multiples of 16 up to
  * 128, then four classes per power of two (worst-case waste 25 %, typically ~10 %). A span
- * is 64 KiB of one class, taken from the arena's segment pool. Every block of class size
- * 2^k is 2^k aligned.
+ * is 64 KiB of one class (256 KiB above 16 KiB), taken from the arena's segment pool and
+ * aligned to its size, so every block of class size 2^k is 2^k aligned.
  *
  * Each thread keeps, per shared arena and class, a list of free blocks (its cache). malloc
  * pops from it, free pushes to it, whatever thread allocated the block: a cross-thread free
@@ -13,16 +13,8 @@
  * returned to its segment, so memory is bounded by what is live plus the caches. */
 #include "internal.h"
 
-typedef struct bin_s {
-  block_t *head;
-  uint32_t count, max;
-} bin_t;
-
-typedef struct tcache_s {
-  bin_t bins[NSHARED][NCLASSES];
-} tcache_t;
-
-static __thread tcache_t *tls_cache __attribute__((tls_model("initial-exec")));
+__thread tcache_t *_strata_tls_cache __attribute__((tls_model("initial-exec")));
+#define tls_cache _strata_tls_cache
 static __thread bool tls_exited __attribute__((tls_model("initial-exec")));
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
@@ -31,13 +23,6 @@ size_t _strata_class_size(size_t cls) {
   if (cls <= 8) return cls * 16;
   size_t k = cls - 9, b = 7 + k / 4, sub = k % 4;
   return (4 + sub + 1) << (b - 2);
-}
-
-size_t _strata_class_of(size_t size) {
-  if (size <= 128) return size <= 16 ? 1 : (size + 15) >> 4;
-  size_t w = size - 1;
-  size_t b = 63 - (size_t)__builtin_clzl(w); /* w in [2^b, 2^(b+1)) */
-  return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
 }
 
 /* ---- central lists: spans with free blocks, per shared arena and class ------------------ */
@@ -67,12 +52,17 @@ static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n
   while (got < n) {
     page_t *s = c->partial;
     if (!s) {
-      s = _strata_pages_alloc(a->pool, SPAN_PAGES, SPAN_PAGES, NULL);
+      size_t npages = _strata_span_pages(size);
+      s = _strata_pages_alloc(a->pool, npages, npages, NULL);
       if (!s) break;
       s->kind = PK_SPAN;
-      s->cls = (uint8_t)cls;
       s->arena = a;
-      s->u.span.capacity = (uint32_t)(SPAN_SIZE / size);
+      s->u.span.npages = (uint32_t)npages;
+      for (size_t i = 0; i < npages; i++) { /* free() finds class and arena on any page */
+        s[i].cls = (uint8_t)cls;
+        s[i].shared = (uint8_t)a->shared;
+      }
+      s->u.span.capacity = (uint32_t)(npages * PAGE_SIZE / size);
       partial_push(c, s);
       STAT_ADD(spans, 1);
     }
@@ -108,7 +98,7 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
     if (!s->in_list) partial_push(c, s);
     if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
       partial_remove(c, s);
-      _strata_pages_free(s, SPAN_PAGES, false);
+      _strata_pages_free(s, s->u.span.npages, false);
       STAT_ADD(spans, -1);
     }
   }
@@ -157,6 +147,7 @@ static tcache_t *cache_get(void) {
   return tc;
 }
 
+/* The cache had nothing (or this thread has no cache yet): refill it from the spans. */
 void *_strata_span_alloc(arena_t *a, size_t cls) {
   tcache_t *tc = cache_get();
   if (unlikely(!tc)) {
@@ -164,8 +155,8 @@ void *_strata_span_alloc(arena_t *a, size_t cls) {
     return central_take(a, cls, &b, 1) ? b : NULL;
   }
   bin_t *bin = &tc->bins[a->shared][cls];
-  block_t *b = bin->head;
-  if (likely(b)) {
+  if (bin->head) { /* the cache was just created, or another path filled it */
+    block_t *b = bin->head;
     bin->head = b->next;
     bin->count--;
     return b;
@@ -179,6 +170,7 @@ void *_strata_span_alloc(arena_t *a, size_t cls) {
   return chain;
 }
 
+/* The cache was full (or absent): push, then give half back to the spans. */
 void _strata_span_free(page_t *span, void *p) {
   arena_t *a = span->arena;
   block_t *b = p;

@@ -221,7 +221,7 @@ static void test_free_foreign_and_invalid(void) {
   strata_free(p + 16);      /* interior pointer */
   strata_free(p);
   strata_free(p);           /* double free of a mixed object */
-  char *r = strata_malloc(50000, strata_default());
+  char *r = strata_malloc(200000, strata_default()); /* a run of pages */
   strata_free(r + 4096);    /* interior of a run */
   strata_free(r);
   CHECK(strata_stat("free_invalid") == fi + 3);

@@ -1,1 +1,54 @@
-fn main() {}
+//! `strata`: Strata's command-line tool.
+//!
+//! Exit codes: 0 success, 1 an error (the message says what), 2 a usage error. A closed
+//! output pipe (`strata topo | head -1`) ends the command quietly with 0.
+mod bench;
+mod config;
+mod output;
+mod topo;
+
+use clap::{Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 success, 1 error, 2 usage error.
+Every command that prints data takes --json.
+
+Examples:
+  strata topo                      the nodes, tiers and where each fact came from
+  strata topo --emulate m2t --json the M2T testbed as an emulated topology
+  strata bench locality            NextTo vs malloc: pages per list traversal, speed-up
+  strata bench alloc               strata_malloc vs glibc malloc throughput";
+
+#[derive(Parser)]
+#[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
+struct Cli {
+    /// Configuration file (TOML), e.g. examples/strata.toml; unknown fields are errors
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show NUMA nodes, memory tiers, HMAT attributes, distances and Strata's tier order
+    Topo(topo::Args),
+    /// Run a benchmark (native measurements on this machine)
+    #[command(subcommand)]
+    Bench(bench::Command),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = config::load(cli.config.as_deref()).and_then(|cfg| match cli.command {
+        Command::Topo(a) => topo::run(a, &cfg),
+        Command::Bench(b) => bench::run(b, &cfg),
+    });
+    if let Err(e) = result {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            std::process::exit(0);
+        }
+        eprintln!("strata: {e:#}");
+        std::process::exit(1);
+    }
+}

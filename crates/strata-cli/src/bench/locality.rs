@@ -1,0 +1,283 @@
+//! `strata bench locality`: the native NextTo demonstration.
+//!
+//! Builds L linked lists of N nodes, inserting round-robin (node i goes to list i mod L), so
+//! consecutive nodes of one list are allocated far apart in time. Three ways:
+//!   malloc   the system allocator (glibc): a list's nodes are scattered over the heap;
+//!   strata   strata_malloc with the default placement: same scattering, Strata's allocator;
+//!   next_to  each list in its own arena, each node next to its list's previous node.
+//! Then it counts the distinct 4 KiB pages each list traversal touches, and times full
+//! traversals of all lists, interleaving the variants round by round so they share the
+//! machine's noise. The speed-up is a ratio from one run.
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::time::Instant;
+
+use serde::Serialize;
+use strata_sys as sys;
+
+use super::median;
+use crate::output::{emit, emit_json, progress};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Number of lists
+    #[arg(long, default_value_t = 1024)]
+    lists: usize,
+    /// Nodes per list
+    #[arg(long, default_value_t = 1000)]
+    nodes: usize,
+    /// Bytes per node (>= 16: a next pointer and a key)
+    #[arg(long, default_value_t = 32)]
+    node_bytes: usize,
+    /// Timed rounds (each round traverses every list once per variant)
+    #[arg(long, default_value_t = 7)]
+    rounds: usize,
+    /// Print JSON: {pages_per_traversal: {malloc, strata, next_to}, traversal_speedup, ...}
+    #[arg(long)]
+    json: bool,
+    /// No progress lines on stderr
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[repr(C)]
+struct Node {
+    next: *mut Node,
+    key: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Variant {
+    Malloc,
+    Strata,
+    NextTo,
+}
+
+impl Variant {
+    const ALL: [Variant; 3] = [Variant::Malloc, Variant::Strata, Variant::NextTo];
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Malloc => "malloc",
+            Variant::Strata => "strata",
+            Variant::NextTo => "next_to",
+        }
+    }
+}
+
+/// The lists of one variant, and how to give their memory back.
+struct Lists {
+    variant: Variant,
+    heads: Vec<*mut Node>,
+    arenas: Vec<*mut sys::strata_arena_t>,
+}
+
+impl Lists {
+    fn build(variant: Variant, a: &Args) -> anyhow::Result<Lists> {
+        let mut heads = vec![std::ptr::null_mut::<Node>(); a.lists];
+        let mut tails = vec![std::ptr::null_mut::<Node>(); a.lists];
+        let mut arenas = Vec::new();
+        if variant == Variant::NextTo {
+            for _ in 0..a.lists {
+                let ar = unsafe { sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT)) };
+                anyhow::ensure!(!ar.is_null(), "strata_arena_new failed");
+                arenas.push(ar);
+            }
+        }
+        let mut lists = Lists { variant, heads: Vec::new(), arenas };
+        for i in 0..a.lists * a.nodes {
+            let l = i % a.lists;
+            let p = unsafe {
+                match variant {
+                    Variant::Malloc => libc::malloc(a.node_bytes),
+                    Variant::Strata => {
+                        sys::strata_malloc(a.node_bytes, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
+                    }
+                    Variant::NextTo => {
+                        let mut place;
+                        if tails[l].is_null() {
+                            place = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
+                            place.u.arena = lists.arenas[l];
+                        } else {
+                            place = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
+                            place.u.ptr = tails[l] as *const c_void;
+                        }
+                        sys::strata_malloc(a.node_bytes, place)
+                    }
+                }
+            } as *mut Node;
+            anyhow::ensure!(!p.is_null(), "{} could not allocate node {i}", variant.name());
+            unsafe {
+                p.write(Node { next: std::ptr::null_mut(), key: i as u64 });
+                if tails[l].is_null() {
+                    heads[l] = p;
+                } else {
+                    (*tails[l]).next = p;
+                }
+            }
+            tails[l] = p;
+        }
+        lists.heads = heads;
+        Ok(lists)
+    }
+
+    /// Distinct pages touched by each list's traversal, averaged; and the whole footprint.
+    fn pages(&self) -> (f64, usize) {
+        let mut total = 0usize;
+        let mut all = Vec::new();
+        for &h in &self.heads {
+            let mut pages = Vec::new();
+            let mut p = h;
+            while !p.is_null() {
+                pages.push(p as usize >> 12);
+                p = unsafe { (*p).next };
+            }
+            pages.sort_unstable();
+            pages.dedup();
+            total += pages.len();
+            all.extend_from_slice(&pages);
+        }
+        all.sort_unstable();
+        all.dedup();
+        (total as f64 / self.heads.len() as f64, all.len())
+    }
+
+    /// Traverse every list once; returns the sum of keys (so the loop cannot be elided).
+    fn traverse(&self) -> u64 {
+        let mut sum = 0u64;
+        for &h in &self.heads {
+            let mut p = h;
+            while !p.is_null() {
+                unsafe {
+                    sum = sum.wrapping_add((*p).key);
+                    p = (*p).next;
+                }
+            }
+        }
+        std::hint::black_box(sum)
+    }
+}
+
+impl Drop for Lists {
+    fn drop(&mut self) {
+        match self.variant {
+            Variant::NextTo => {
+                for &a in &self.arenas {
+                    unsafe { sys::strata_arena_destroy(a) };
+                }
+            }
+            v => {
+                for &h in &self.heads {
+                    let mut p = h;
+                    while !p.is_null() {
+                        let next = unsafe { (*p).next };
+                        unsafe {
+                            if v == Variant::Malloc {
+                                libc::free(p as *mut c_void)
+                            } else {
+                                sys::strata_free(p as *mut c_void)
+                            }
+                        };
+                        p = next;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: &'static str,
+    lists: usize,
+    nodes_per_list: usize,
+    node_bytes: usize,
+    rounds: usize,
+    page_bytes: usize,
+    /// mean distinct pages touched by one list's traversal, per variant
+    pages_per_traversal: BTreeMap<&'static str, f64>,
+    /// distinct pages holding all nodes, per variant
+    footprint_pages: BTreeMap<&'static str, usize>,
+    /// median over rounds of nodes visited per second, per variant
+    traversal_nodes_per_sec: BTreeMap<&'static str, f64>,
+    /// next_to throughput / malloc throughput, medians from the same rounds
+    traversal_speedup: f64,
+    /// malloc pages per traversal / next_to pages per traversal
+    page_reduction: f64,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(a.node_bytes >= 16, "--node-bytes must be at least 16 (a pointer and a key)");
+    anyhow::ensure!(a.lists > 0 && a.nodes > 0 && a.rounds > 0, "--lists, --nodes and --rounds must be positive");
+    let say = |m: &str| {
+        if !a.quiet {
+            progress("locality", m)
+        }
+    };
+    let mut built = Vec::new();
+    for v in Variant::ALL {
+        say(&format!("building {} lists x {} nodes of {} B with {}", a.lists, a.nodes, a.node_bytes, v.name()));
+        built.push(Lists::build(v, &a)?);
+    }
+    let expect: u64 = (0..(a.lists * a.nodes) as u64).fold(0u64, |s, k| s.wrapping_add(k));
+    let mut rates: BTreeMap<Variant, Vec<f64>> = BTreeMap::new();
+    for l in &built {
+        anyhow::ensure!(l.traverse() == expect, "{}: lists are corrupt", l.variant.name()); // warm-up + check
+    }
+    let nodes = (a.lists * a.nodes) as f64;
+    for r in 0..a.rounds {
+        say(&format!("traversal round {}/{}", r + 1, a.rounds));
+        for l in &built {
+            let t = Instant::now();
+            let sum = l.traverse();
+            let dt = t.elapsed().as_secs_f64();
+            anyhow::ensure!(sum == expect, "{}: lists are corrupt", l.variant.name());
+            rates.entry(l.variant).or_default().push(nodes / dt);
+        }
+    }
+    let mut pages = BTreeMap::new();
+    let mut foot = BTreeMap::new();
+    let mut speed = BTreeMap::new();
+    for l in &built {
+        let (per, all) = l.pages();
+        pages.insert(l.variant.name(), per);
+        foot.insert(l.variant.name(), all);
+        speed.insert(l.variant.name(), median(rates[&l.variant].clone()));
+    }
+    drop(built);
+    let report = Report {
+        machine: "native",
+        lists: a.lists,
+        nodes_per_list: a.nodes,
+        node_bytes: a.node_bytes,
+        rounds: a.rounds,
+        page_bytes: 4096,
+        traversal_speedup: speed["next_to"] / speed["malloc"],
+        page_reduction: pages["malloc"] / pages["next_to"],
+        pages_per_traversal: pages,
+        footprint_pages: foot,
+        traversal_nodes_per_sec: speed,
+    };
+    if a.json {
+        return emit_json(&report);
+    }
+    let mut s = format!(
+        "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin (native, this machine)\n\n",
+        a.lists, a.nodes, a.node_bytes
+    );
+    s += &format!("{:<9} {:>16} {:>16} {:>20}\n", "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s");
+    for v in Variant::ALL {
+        let n = v.name();
+        s += &format!(
+            "{:<9} {:>16.1} {:>16} {:>20.1}\n",
+            n,
+            report.pages_per_traversal[n],
+            report.footprint_pages[n],
+            report.traversal_nodes_per_sec[n] / 1e6
+        );
+    }
+    s += &format!(
+        "\nnext_to vs malloc: {:.1}x fewer pages per list traversal, {:.2}x traversal speed-up (median of {} rounds)\n",
+        report.page_reduction, report.traversal_speedup, a.rounds
+    );
+    emit(&s)
+}
