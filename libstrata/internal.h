@@ -141,7 +141,7 @@ void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
   X(segment_bytes, "bytes", "bytes mapped as segments")                                  \
   X(large_objects, "count", "objects with a mapping of their own")                       \
   X(large_bytes, "bytes", "bytes mapped for large objects")                              \
-  X(spans, "count", "64 KiB size-class spans in use")                                    \
+  X(spans, "count", "size-class spans (64 or 256 KiB) in use")                                  \
   X(mixed_pages, "count", "mixed-size pages in use (arenas, next_to)")                   \
   X(runs, "count", "multi-page runs in use (medium objects)")                            \
   X(arenas, "count", "user arenas alive")                                                \

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,4 +54,14 @@ int64_t strata_stat(const char *name) {
   STRATA_STATS(X)
 #undef X
   return -1;
+}
+
+static void print_at_exit(void) { strata_stats_print(0, NULL, NULL); }
+
+/* STRATA_VERBOSE=1: the options when the library loads, the statistics when the process
+ * exits, both on stderr. */
+__attribute__((constructor)) static void verbose_init(void) {
+  if (!_strata_option(OPT_VERBOSE)) return;
+  strata_options_print(NULL, NULL);
+  atexit(print_at_exit);
 }
