@@ -117,6 +117,9 @@ static segment_t *segment_new(int pool) { /* seg lock held */
   if (!registry_init()) return NULL;
   segment_t *s = _strata_prim_map(SEG_SIZE, SEG_SIZE);
   if (!s) return NULL;
+  /* bind before the first write: writing the header first would fault in a transparent
+   * huge page on the local node that covers the first data pages too (seen in the guest) */
+  bind_range(pool, (char *)s + SEG_META_PAGES * PAGE_SIZE, SEG_SIZE - SEG_META_PAGES * PAGE_SIZE);
   s->magic = STRATA_MAGIC;
   s->kind = SEG_PAGES;
   s->pool = pool;
@@ -124,7 +127,6 @@ static segment_t *segment_new(int pool) { /* seg lock held */
   for (size_t i = 0; i < PAGES_PER_SEG; i++)
     if (i >= SEG_META_PAGES) s->free_map[i / 64] |= 1ull << (i % 64);
   for (size_t i = 0; i < SEG_META_PAGES; i++) s->pages[i].kind = PK_META;
-  bind_range(pool, (char *)s + SEG_META_PAGES * PAGE_SIZE, SEG_SIZE - SEG_META_PAGES * PAGE_SIZE);
   registry_set(s, SEG_SIZE, true);
   list_push(&pools[pool], s);
   STAT_ADD(segments, 1);
@@ -200,11 +202,11 @@ large_t *_strata_large_map(int pool, size_t size, size_t align) {
   pthread_mutex_lock(&_strata_seg_lock);
   large_t *l = registry_init() ? _strata_prim_map(map, SEG_SIZE) : NULL;
   if (l) {
+    bind_range(pool, (char *)l + off, map - off); /* before the first write, as for segments */
     l->magic = STRATA_MAGIC;
     l->kind = SEG_LARGE;
     l->map_size = map;
     l->data_off = off;
-    bind_range(pool, (char *)l + off, map - off);
     registry_set(l, map, true);
     STAT_ADD(large_objects, 1);
     STAT_ADD(large_bytes, (int64_t)map);

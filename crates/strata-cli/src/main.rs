@@ -6,6 +6,7 @@ mod bench;
 mod config;
 mod output;
 mod topo;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -17,7 +18,8 @@ Examples:
   strata topo                      the nodes, tiers and where each fact came from
   strata topo --emulate m2t --json the M2T testbed as an emulated topology
   strata bench locality            NextTo vs malloc: pages per list traversal, speed-up
-  strata bench alloc               strata_malloc vs glibc malloc throughput";
+  strata bench alloc               strata_malloc vs glibc malloc throughput
+  strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
@@ -36,19 +38,28 @@ enum Command {
     /// Run a benchmark (native measurements on this machine)
     #[command(subcommand)]
     Bench(bench::Command),
+    /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
+    #[command(subcommand)]
+    Vm(vm::VmCommand),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = config::load(cli.config.as_deref()).and_then(|cfg| match cli.command {
-        Command::Topo(a) => topo::run(a, &cfg),
-        Command::Bench(b) => bench::run(b, &cfg),
+        Command::Topo(a) => topo::run(a, &cfg).map(|()| 0),
+        Command::Bench(b) => bench::run(b, &cfg).map(|()| 0),
+        Command::Vm(v) => vm::run(v),
     });
-    if let Err(e) = result {
-        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
-            std::process::exit(0);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                std::process::exit(0);
+            }
+            eprintln!("strata: {e:#}");
+            std::process::exit(1);
         }
-        eprintln!("strata: {e:#}");
-        std::process::exit(1);
     }
 }

@@ -30,7 +30,13 @@ pub struct Args {
 
 pub fn run(a: Args, _cfg: &Config) -> anyhow::Result<()> {
     let topo = match &a.emulate {
-        Some(p) => strata_topo::preset(p, PresetSize { scale: a.scale, fast_bytes: a.fast_bytes })?,
+        Some(p) => strata_topo::preset(
+            p,
+            PresetSize {
+                scale: a.scale,
+                fast_bytes: a.fast_bytes,
+            },
+        )?,
         None => {
             if let Some(t) = &a.tiers {
                 std::env::set_var("STRATA_TIERS", t);
@@ -38,7 +44,10 @@ pub fn run(a: Args, _cfg: &Config) -> anyhow::Result<()> {
             set_default_env("STRATA_SYSFS", a.sysfs.as_deref());
             // an explicit override is checked, not quietly ignored as libstrata must
             let root = std::env::var("STRATA_SYSFS").unwrap_or_else(|_| "/sys".into());
-            strata_topo::discover_at(std::path::Path::new(&root), std::env::var("STRATA_TIERS").ok().as_deref())?;
+            strata_topo::discover_at(
+                std::path::Path::new(&root),
+                std::env::var("STRATA_TIERS").ok().as_deref(),
+            )?;
             strata_topo::process()
         }
     };
@@ -67,7 +76,16 @@ pub fn table(t: &Topology) -> String {
     let _ = writeln!(
         s,
         "{:<5} {:<6} {:<10} {:>11} {:>11} {:>12} {:>9} {:>9} {:>10} {:>10}",
-        "node", "tier", "cpus", "total", "free", "kernel tier", "read lat", "write lat", "read bw", "write bw"
+        "node",
+        "tier",
+        "cpus",
+        "total",
+        "free",
+        "kernel tier",
+        "read lat",
+        "write lat",
+        "read bw",
+        "write bw"
     );
     for n in &t.nodes {
         let _ = writeln!(
@@ -78,7 +96,8 @@ pub fn table(t: &Topology) -> String {
             if n.cpus.is_empty() { "(none)" } else { &n.cpus },
             bytes(n.total_bytes),
             bytes(n.free_bytes),
-            n.kernel_tier.map_or("-".into(), |k| format!("memory_tier{k}")),
+            n.kernel_tier
+                .map_or("-".into(), |k| format!("memory_tier{k}")),
             opt(n.read_latency_ns, " ns"),
             opt(n.write_latency_ns, " ns"),
             opt(n.read_bandwidth_mbps.map(|b| b / 1000.0), " GB/s"),
@@ -88,15 +107,31 @@ pub fn table(t: &Topology) -> String {
     if t.nodes.iter().any(|n| !n.distances.is_empty()) {
         let _ = writeln!(s, "\ndistances (SLIT):");
         for n in &t.nodes {
-            let d: Vec<String> = n.distances.iter().map(|(to, d)| format!("{to}:{d}")).collect();
+            let d: Vec<String> = n
+                .distances
+                .iter()
+                .map(|(to, d)| format!("{to}:{d}"))
+                .collect();
             let _ = writeln!(s, "  node {}: {}", n.id, d.join(" "));
         }
     }
     let _ = writeln!(s, "\ntier order (from {}):", t.tier_source);
     for tier in &t.tiers {
         let nodes: Vec<String> = tier.nodes.iter().map(|n| n.to_string()).collect();
-        let role = if tier.tier == 0 { " (hot)" } else if tier.tier as usize + 1 == t.tiers.len() { " (cold)" } else { "" };
-        let _ = writeln!(s, "  tier {}{role}: nodes {}  {}", tier.tier, nodes.join(","), bytes(tier.total_bytes));
+        let role = if tier.tier == 0 {
+            " (hot)"
+        } else if tier.tier as usize + 1 == t.tiers.len() {
+            " (cold)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "  tier {}{role}: nodes {}  {}",
+            tier.tier,
+            nodes.join(","),
+            bytes(tier.total_bytes)
+        );
     }
     for note in &t.notes {
         let _ = writeln!(s, "\nnote: {note}");

@@ -5,7 +5,10 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 fn strata(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("run strata");
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -46,7 +49,10 @@ fn topo_json_of_the_m2t_preset() {
 
 #[test]
 fn topo_from_a_fixture_and_an_override() {
-    let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/../strata-topo/tests/fixtures/two-nodes-hmat");
+    let fx = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../strata-topo/tests/fixtures/two-nodes-hmat"
+    );
     let v = json(&["topo", "--sysfs", fx, "--json"]);
     assert_eq!(v["tiers"].as_array().unwrap().len(), 2);
     let v = json(&["topo", "--sysfs", fx, "--tiers", "1;0", "--json"]);
@@ -58,17 +64,27 @@ fn topo_from_a_fixture_and_an_override() {
 
 #[test]
 fn locality_bench_next_to_touches_far_fewer_pages() {
-    let v = json(&["bench", "locality", "--lists", "128", "--nodes", "300", "--rounds", "1", "--json", "-q"]);
+    let v = json(&[
+        "bench", "locality", "--lists", "128", "--nodes", "300", "--rounds", "1", "--json", "-q",
+    ]);
     let p = &v["pages_per_traversal"];
-    let (malloc, next_to) = (p["malloc"].as_f64().unwrap(), p["next_to"].as_f64().unwrap());
-    assert!(next_to * 10.0 <= malloc, "next_to {next_to} pages vs malloc {malloc}");
+    let (malloc, next_to) = (
+        p["malloc"].as_f64().unwrap(),
+        p["next_to"].as_f64().unwrap(),
+    );
+    assert!(
+        next_to * 10.0 <= malloc,
+        "next_to {next_to} pages vs malloc {malloc}"
+    );
     assert!(v["traversal_speedup"].as_f64().unwrap() > 0.0);
     assert_eq!(v["machine"], "native");
 }
 
 #[test]
 fn alloc_bench_reports_every_allocator_and_benchmark() {
-    let v = json(&["bench", "alloc", "--ops", "20000", "--rounds", "1", "--json", "-q"]);
+    let v = json(&[
+        "bench", "alloc", "--ops", "20000", "--rounds", "1", "--json", "-q",
+    ]);
     let rows = v["results"].as_array().unwrap();
     assert_eq!(rows.len(), 8);
     for r in rows {
@@ -81,7 +97,10 @@ fn alloc_bench_reports_every_allocator_and_benchmark() {
 fn bad_input_gets_a_clear_error() {
     let (code, _, err) = strata(&["topo", "--emulate", "nosuch"]);
     assert_eq!(code, 1);
-    assert!(err.contains("no emulated preset 'nosuch'") && err.contains("m2t"), "{err}");
+    assert!(
+        err.contains("no emulated preset 'nosuch'") && err.contains("m2t"),
+        "{err}"
+    );
     let (code, _, _) = strata(&["topo", "--scale", "2"]); // needs --emulate
     assert_eq!(code, 2);
     let (code, _, err) = strata(&["bench", "locality", "--node-bytes", "8"]);
@@ -122,5 +141,9 @@ fn closed_pipe_exits_quietly() {
     drop(child.stdout.take()); // nobody reads
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -38,7 +38,13 @@ pub struct strata_place_t {
 
 impl strata_place_t {
     pub const fn new(kind: c_int) -> Self {
-        strata_place_t { kind, tier: 0, u: strata_place_u { ptr: std::ptr::null() } }
+        strata_place_t {
+            kind,
+            tier: 0,
+            u: strata_place_u {
+                ptr: std::ptr::null(),
+            },
+        }
     }
 }
 
@@ -139,7 +145,15 @@ mod tests {
         ];
         let mut c = [0usize; 32];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };
-        assert_eq!(n, rust.len(), "abi_check.c and this test list different fields");
-        assert_eq!(&c[..n], &rust[..], "a struct in strata.h and its Rust mirror differ");
+        assert_eq!(
+            n,
+            rust.len(),
+            "abi_check.c and this test list different fields"
+        );
+        assert_eq!(
+            &c[..n],
+            &rust[..],
+            "a struct in strata.h and its Rust mirror differ"
+        );
     }
 }

@@ -90,7 +90,9 @@ impl fmt::Display for TopoError {
 impl std::error::Error for TopoError {}
 
 fn c_str(buf: &[c_char]) -> String {
-    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn opt(v: i64) -> Option<f64> {
@@ -122,10 +124,21 @@ fn from_raw(t: &sys::strata_topology_t) -> Topology {
         .collect();
     let tiers = (0..t.ntiers as u32)
         .map(|tier| {
-            let members: Vec<u32> =
-                nodes.iter().filter(|n| n.tier == tier).map(|n| n.id).collect();
-            let total = nodes.iter().filter(|n| n.tier == tier).map(|n| n.total_bytes).sum();
-            Tier { tier, nodes: members, total_bytes: total }
+            let members: Vec<u32> = nodes
+                .iter()
+                .filter(|n| n.tier == tier)
+                .map(|n| n.id)
+                .collect();
+            let total = nodes
+                .iter()
+                .filter(|n| n.tier == tier)
+                .map(|n| n.total_bytes)
+                .sum();
+            Tier {
+                tier,
+                nodes: members,
+                total_bytes: total,
+            }
         })
         .collect();
     let mut topo = Topology {
@@ -172,7 +185,8 @@ pub fn process() -> Topology {
 /// Discover the topology of a sysfs tree (`/sys`, or a fixture directory), with an optional
 /// tier override in the `STRATA_TIERS` syntax.
 pub fn discover_at(sysfs_root: &Path, tiers: Option<&str>) -> Result<Topology, TopoError> {
-    let root = CString::new(sysfs_root.as_os_str().as_encoded_bytes()).map_err(|_| TopoError::Io(22))?;
+    let root =
+        CString::new(sysfs_root.as_os_str().as_encoded_bytes()).map_err(|_| TopoError::Io(22))?;
     let over = match tiers {
         Some(s) => Some(CString::new(s).map_err(|_| TopoError::BadOverride(s.into()))?),
         None => None,
@@ -247,7 +261,10 @@ pub struct PresetSize {
 
 /// Look a preset up by name.
 pub fn find_preset(name: &str) -> Result<&'static Preset, TopoError> {
-    PRESETS.iter().find(|p| p.name == name).ok_or_else(|| TopoError::UnknownPreset(name.into()))
+    PRESETS
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| TopoError::UnknownPreset(name.into()))
 }
 
 /// The emulated topology of a preset.
@@ -255,7 +272,9 @@ pub fn preset(name: &str, size: PresetSize) -> Result<Topology, TopoError> {
     let p = find_preset(name)?;
     let scale = size.scale.unwrap_or(1.0);
     if !(scale > 0.0 && scale.is_finite()) {
-        return Err(TopoError::BadSize(format!("scale must be a positive number, not {scale}")));
+        return Err(TopoError::BadSize(format!(
+            "scale must be a positive number, not {scale}"
+        )));
     }
     if size.fast_bytes == Some(0) {
         return Err(TopoError::BadSize("the fast tier cannot be 0 bytes".into()));
@@ -282,13 +301,19 @@ pub fn preset(name: &str, size: PresetSize) -> Result<Topology, TopoError> {
                 write_latency_ns: Some(t.write_latency_ns),
                 read_bandwidth_mbps: Some(t.read_bandwidth_mbps),
                 write_bandwidth_mbps: Some(t.write_bandwidth_mbps),
-                distances: (0..n).map(|j| (j, if j == i as u32 { 10 } else { 20 })).collect(),
+                distances: (0..n)
+                    .map(|j| (j, if j == i as u32 { 10 } else { 20 }))
+                    .collect(),
             }
         })
         .collect();
     let tiers = nodes
         .iter()
-        .map(|nd| Tier { tier: nd.tier, nodes: vec![nd.id], total_bytes: nd.total_bytes })
+        .map(|nd| Tier {
+            tier: nd.tier,
+            nodes: vec![nd.id],
+            total_bytes: nd.total_bytes,
+        })
         .collect();
     Ok(Topology {
         nodes,
@@ -296,6 +321,8 @@ pub fn preset(name: &str, size: PresetSize) -> Result<Topology, TopoError> {
         tier_source: format!("preset {} (latency order)", p.name),
         nodes_source: format!("emulated: {}", p.doc),
         emulated: Some(p.name.to_string()),
-        notes: vec!["emulated topology: figures measured on it are model outputs of this preset".into()],
+        notes: vec![
+            "emulated topology: figures measured on it are model outputs of this preset".into(),
+        ],
     })
 }

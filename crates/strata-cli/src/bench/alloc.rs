@@ -61,7 +61,9 @@ impl Alloc for Strata {
     const NAME: &'static str = "strata";
     #[inline]
     fn alloc(size: usize) -> *mut u8 {
-        unsafe { sys::strata_malloc(size, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT)) as *mut u8 }
+        unsafe {
+            sys::strata_malloc(size, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT)) as *mut u8
+        }
     }
     #[inline]
     fn free(p: *mut u8) {
@@ -214,10 +216,19 @@ struct Report {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     for o in &a.only {
-        anyhow::ensure!(BENCHES.iter().any(|b| b.0 == o), "unknown benchmark '{o}' (see --help)");
+        anyhow::ensure!(
+            BENCHES.iter().any(|b| b.0 == o),
+            "unknown benchmark '{o}' (see --help)"
+        );
     }
-    anyhow::ensure!(a.ops >= 64 && a.rounds > 0, "--ops must be at least 64 and --rounds positive");
-    let chosen: Vec<&Bench> = BENCHES.iter().filter(|b| a.only.is_empty() || a.only.iter().any(|o| o == b.0)).collect();
+    anyhow::ensure!(
+        a.ops >= 64 && a.rounds > 0,
+        "--ops must be at least 64 and --rounds positive"
+    );
+    let chosen: Vec<&Bench> = BENCHES
+        .iter()
+        .filter(|b| a.only.is_empty() || a.only.iter().any(|o| o == b.0))
+        .collect();
     let mut glibc: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut strata: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for r in 0..a.rounds {
@@ -240,18 +251,47 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for b in &chosen {
         let g = median(glibc[b.0].clone());
         let s = median(strata[b.0].clone());
-        results.push(Row { allocator: "glibc", benchmark: b.0, threads: b.1, ops_per_sec: g, rounds: a.rounds });
-        results.push(Row { allocator: "strata", benchmark: b.0, threads: b.1, ops_per_sec: s, rounds: a.rounds });
+        results.push(Row {
+            allocator: "glibc",
+            benchmark: b.0,
+            threads: b.1,
+            ops_per_sec: g,
+            rounds: a.rounds,
+        });
+        results.push(Row {
+            allocator: "strata",
+            benchmark: b.0,
+            threads: b.1,
+            ops_per_sec: s,
+            rounds: a.rounds,
+        });
         ratios.insert(b.0, s / g);
     }
-    let report = Report { machine: "native", ops_per_run: a.ops, results, ratios };
+    let report = Report {
+        machine: "native",
+        ops_per_run: a.ops,
+        results,
+        ratios,
+    };
     if a.json {
         return emit_json(&report);
     }
-    let mut s = format!("Allocation throughput, malloc+free pairs per second (native, median of {} rounds)\n\n", a.rounds);
-    s += &format!("{:<10} {:>7} {:>14} {:>14} {:>14}\n", "benchmark", "threads", "glibc Mops/s", "strata Mops/s", "strata/glibc");
+    let mut s = format!(
+        "Allocation throughput, malloc+free pairs per second (native, median of {} rounds)\n\n",
+        a.rounds
+    );
+    s += &format!(
+        "{:<10} {:>7} {:>14} {:>14} {:>14}\n",
+        "benchmark", "threads", "glibc Mops/s", "strata Mops/s", "strata/glibc"
+    );
     for b in &chosen {
-        let get = |al: &str| report.results.iter().find(|r| r.benchmark == b.0 && r.allocator == al).map_or(0.0, |r| r.ops_per_sec);
+        let get = |al: &str| {
+            report
+                .results
+                .iter()
+                .find(|r| r.benchmark == b.0 && r.allocator == al)
+                .map_or(0.0, |r| r.ops_per_sec)
+        };
         s += &format!(
             "{:<10} {:>7} {:>14.1} {:>14.1} {:>13.2}x\n",
             b.0,

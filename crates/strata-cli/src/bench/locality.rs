@@ -78,20 +78,27 @@ impl Lists {
         let mut arenas = Vec::new();
         if variant == Variant::NextTo {
             for _ in 0..a.lists {
-                let ar = unsafe { sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT)) };
+                let ar = unsafe {
+                    sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
+                };
                 anyhow::ensure!(!ar.is_null(), "strata_arena_new failed");
                 arenas.push(ar);
             }
         }
-        let mut lists = Lists { variant, heads: Vec::new(), arenas };
+        let mut lists = Lists {
+            variant,
+            heads: Vec::new(),
+            arenas,
+        };
         for i in 0..a.lists * a.nodes {
             let l = i % a.lists;
             let p = unsafe {
                 match variant {
                     Variant::Malloc => libc::malloc(a.node_bytes),
-                    Variant::Strata => {
-                        sys::strata_malloc(a.node_bytes, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
-                    }
+                    Variant::Strata => sys::strata_malloc(
+                        a.node_bytes,
+                        sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT),
+                    ),
                     Variant::NextTo => {
                         let mut place;
                         if tails[l].is_null() {
@@ -105,9 +112,16 @@ impl Lists {
                     }
                 }
             } as *mut Node;
-            anyhow::ensure!(!p.is_null(), "{} could not allocate node {i}", variant.name());
+            anyhow::ensure!(
+                !p.is_null(),
+                "{} could not allocate node {i}",
+                variant.name()
+            );
             unsafe {
-                p.write(Node { next: std::ptr::null_mut(), key: i as u64 });
+                p.write(Node {
+                    next: std::ptr::null_mut(),
+                    key: i as u64,
+                });
                 if tails[l].is_null() {
                     heads[l] = p;
                 } else {
@@ -206,8 +220,14 @@ struct Report {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(a.node_bytes >= 16, "--node-bytes must be at least 16 (a pointer and a key)");
-    anyhow::ensure!(a.lists > 0 && a.nodes > 0 && a.rounds > 0, "--lists, --nodes and --rounds must be positive");
+    anyhow::ensure!(
+        a.node_bytes >= 16,
+        "--node-bytes must be at least 16 (a pointer and a key)"
+    );
+    anyhow::ensure!(
+        a.lists > 0 && a.nodes > 0 && a.rounds > 0,
+        "--lists, --nodes and --rounds must be positive"
+    );
     let say = |m: &str| {
         if !a.quiet {
             progress("locality", m)
@@ -215,13 +235,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let mut built = Vec::new();
     for v in Variant::ALL {
-        say(&format!("building {} lists x {} nodes of {} B with {}", a.lists, a.nodes, a.node_bytes, v.name()));
+        say(&format!(
+            "building {} lists x {} nodes of {} B with {}",
+            a.lists,
+            a.nodes,
+            a.node_bytes,
+            v.name()
+        ));
         built.push(Lists::build(v, &a)?);
     }
     let expect: u64 = (0..(a.lists * a.nodes) as u64).fold(0u64, |s, k| s.wrapping_add(k));
     let mut rates: BTreeMap<Variant, Vec<f64>> = BTreeMap::new();
     for l in &built {
-        anyhow::ensure!(l.traverse() == expect, "{}: lists are corrupt", l.variant.name()); // warm-up + check
+        anyhow::ensure!(
+            l.traverse() == expect,
+            "{}: lists are corrupt",
+            l.variant.name()
+        ); // warm-up + check
     }
     let nodes = (a.lists * a.nodes) as f64;
     for r in 0..a.rounds {
@@ -264,7 +294,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin (native, this machine)\n\n",
         a.lists, a.nodes, a.node_bytes
     );
-    s += &format!("{:<9} {:>16} {:>16} {:>20}\n", "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s");
+    s += &format!(
+        "{:<9} {:>16} {:>16} {:>20}\n",
+        "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s"
+    );
     for v in Variant::ALL {
         let n = v.name();
         s += &format!(
