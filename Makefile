@@ -3,6 +3,7 @@
 #   make run        set up, build, and run Strata's main job on its built-in default
 #   make test       set up, build, and run every test (what CI runs)
 #   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
+#   make vm-test    end-to-end tests in a two-tier QEMU guest (strata vm run)
 
 # rustup installs cargo here; CI's environment may not have it on PATH
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -15,7 +16,7 @@ LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/machine/*.c)
 HDRS    := include/strata.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
-.PHONY: all lib rust run test c-test rust-test bootstrap clean
+.PHONY: all lib rust run test c-test rust-test vm-bins vm-test bootstrap clean
 
 all: lib rust
 
@@ -62,7 +63,17 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS)))
 rust-test:
 	cargo test --release --workspace
 
-test: bootstrap lib c-test rust-test
+# guest test programs: static, so the guest needs no libraries for them
+vm-bins: $(BUILD)/vm/place $(BUILD)/vm/tiering
+$(BUILD)/vm/%: tests/vm/%.c tests/vm/numa_maps.h $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -static $< $(BUILD)/libstrata.a -o $@
+
+vm-test: vm-bins rust
+	@scripts/bootstrap.sh --vm
+	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
+
+test: bootstrap lib c-test rust-test vm-test
 	@echo "all tests passed"
 
 clean:

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # bootstrap.sh: install what building and testing Strata needs, only what is missing.
-# Debian packages via apt-get (as root, or with sudo); Rust via rustup when cargo is absent.
+# Debian packages via apt-get (as root, or with sudo). With --vm, also what the two-tier QEMU
+# guest needs (qemu-system-x86, Debian's kernel, busybox-static).
 set -euo pipefail
 
 need_pkgs=()
+if [ "${1:-}" = "--vm" ]; then
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_pkgs+=(qemu-system-x86)
+  ls /boot/vmlinuz-* >/dev/null 2>&1 || need_pkgs+=(linux-image-amd64)
+  [ -x /bin/busybox ] || need_pkgs+=(busybox-static)
+fi
 have() { command -v "$1" >/dev/null 2>&1; }
 have cc || need_pkgs+=(gcc)
 have make || need_pkgs+=(make)

@@ -1,0 +1,104 @@
+//! End-to-end tests in the two-tier QEMU guest (`strata vm run`). Each boots a guest (about
+//! 15 s), so they are ignored by a plain `cargo test`; `make vm-test` builds the guest test
+//! programs (tests/vm/*.c) into build/vm and runs these with --ignored. Where QEMU cannot
+//! run at all they say so and skip.
+use std::path::PathBuf;
+use std::process::Command;
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+/// None (after printing why) when the guest cannot run on this machine.
+fn guest_available() -> Option<()> {
+    let out = strata().args(["vm", "check"]).output().expect("run strata vm check");
+    if out.status.success() {
+        Some(())
+    } else {
+        eprintln!("SKIPPED: {}", String::from_utf8_lossy(&out.stdout).trim());
+        None
+    }
+}
+
+fn vm_bin(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../build/vm");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is missing: run `make vm-test`, which builds it", p.display());
+    std::fs::canonicalize(p).unwrap()
+}
+
+fn run_in_guest(args: &[&str]) -> (i32, String) {
+    let out = strata().args(["vm", "run", "--timeout", "300"]).args(args).output().expect("run strata vm run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_topology_has_two_tiers_and_hmat() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (code, out) = run_in_guest(&["--", "strata", "topo", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("topo JSON from the guest");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!((nodes[0]["tier"].as_u64(), nodes[1]["tier"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(nodes[0]["read_latency_ns"], 100.0);
+    assert_eq!(nodes[1]["read_latency_ns"], 250.0);
+    assert_eq!(nodes[1]["has_cpus"], false);
+    assert!(nodes[1]["kernel_tier"].as_u64().unwrap() > nodes[0]["kernel_tier"].as_u64().unwrap());
+    assert_eq!(v["tier_source"], "kernel memory_tiering");
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_explicit_placement_lands_on_the_right_node() {
+    if guest_available().is_none() {
+        return;
+    }
+    let bin = vm_bin("place");
+    let b = bin.to_str().unwrap();
+    let (code, out) = run_in_guest(&["--file", b, "--", b]);
+    assert!(out.contains("vm-place:") && out.contains(" 0 failed"), "{out}");
+    assert_eq!(code, 0);
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_kernel_tiering_promotes_a_hot_set() {
+    if guest_available().is_none() {
+        return;
+    }
+    let bin = vm_bin("tiering");
+    let b = bin.to_str().unwrap();
+    let (code, out) = run_in_guest(&["--kernel-tiering", "--file", b, "--", b, "64", "60"]);
+    assert!(out.contains("vm-tiering:") && out.contains(" 0 failed"), "{out}");
+    assert_eq!(code, 0);
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_command_exit_status_and_boot_failure_are_reported() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (code, out) = run_in_guest(&["--", "sh", "-c", "echo hello from the guest; exit 7"]);
+    assert_eq!(code, 7);
+    assert!(out.contains("hello from the guest"));
+    // a kernel that cannot boot: the harness says so and shows the console
+    let bad = std::env::temp_dir().join(format!("not-a-kernel-{}", std::process::id()));
+    std::fs::write(&bad, b"garbage").unwrap();
+    let out = strata()
+        .args(["vm", "run", "--timeout", "60", "--kernel"])
+        .arg(&bad)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&bad).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not boot") || err.contains("timed out") || err.contains("cannot boot"), "{err}");
+}
