@@ -10,10 +10,11 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata
+CFLAGS  += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata
 BUILD   := build
-LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/machine/*.c)
-HDRS    := include/strata.h libstrata/internal.h
+LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/machine/*.c libstrata/context/*.c)
+SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
+HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
 .PHONY: all lib rust run test c-test rust-test vm-bins vm-test bootstrap clean
@@ -40,8 +41,9 @@ $(eval $(call flavour,rel,))
 
 $(BUILD)/libstrata.a: $(BUILD)/rel/lib.a
 	cp $< $@
-$(BUILD)/libstrata.so: $(patsubst %.c,$(BUILD)/rel/%.o,$(LIB_SRC))
-	$(CC) -shared -pthread $^ -o $@
+$(BUILD)/rel/libstrata/preload/%.o: CFLAGS += -fno-omit-frame-pointer -fexceptions
+$(BUILD)/libstrata.so: $(patsubst %.c,$(BUILD)/rel/%.o,$(SO_SRC))
+	$(CC) -shared -pthread $^ -o $@ -lgcc_s
 
 rust:
 	cargo build --release --workspace

@@ -180,6 +180,14 @@ void strata_stats_print(int json, strata_output_fn *out, void *arg);
 int64_t strata_stat(const char *name);
 
 /* ------------------------------------------------------------------------------------------
+ * Transparent mode: LD_PRELOAD=libstrata.so places objects by allocation context.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Check a rules file (syntax in libstrata/context/rules.c). Returns the number of rules, or
+ * -1 with a message (naming the line) in err. */
+int strata_rules_check(const char *path, char *err, size_t errn);
+
+/* ------------------------------------------------------------------------------------------
  * Options: read from STRATA_<NAME> environment variables on first use.
  * ---------------------------------------------------------------------------------------- */
 

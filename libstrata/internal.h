@@ -20,6 +20,7 @@
 #define STRATA_INTERNAL_H
 
 #include "strata.h"
+#include "strata_channel.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,7 +44,7 @@
 #define LARGE_MIN ((size_t)1 << 20)             /* from here on, a mapping of its own */
 #define NCLASSES 45                             /* classes 1..44; 0 unused */
 #define NSHARED (1 + STRATA_MAX_TIERS)          /* shared arenas: default, then one per tier */
-#define ALIGN_MAX ((size_t)1 << 20)
+#define ALIGN_MAX SEG_SIZE                      /* large objects: data offset = alignment */
 
 #define STRATA_MAGIC 0x53545241u /* "STRA" */
 
@@ -80,9 +81,9 @@ typedef struct page_s {
   arena_t *arena;     /* owner (head pages) */
   struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
   union {
-    struct { block_t *free; uint32_t used, bump, capacity, npages; } span;
+    struct { block_t *free; uint32_t used, bump, capacity, npages; _Atomic(uint16_t *) tags; } span;
     struct { uint64_t alloc[4], start[4]; uint32_t used; } mixed; /* bits per granule */
-    struct { uint32_t npages; } run;
+    struct { uint32_t npages, ctx, record; } run;
   } u;
 } page_t;
 
@@ -101,6 +102,7 @@ typedef struct segment_s {
 
 typedef struct large_s {
   uint32_t magic, kind;       /* common prefix with segment_t */
+  uint32_t ctx, record;       /* allocation context and tracked-object record (preload) */
   arena_t *arena;
   size_t map_size, data_off;
   struct large_s *next, *prev;
@@ -127,8 +129,11 @@ struct strata_arena_s {
 /* ---- options.c ------------------------------------------------------------------------ */
 
 typedef enum option_id_e {
-  OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT__COUNT
+  OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES,
+  OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
+  OPT_RULES, OPT_REPORT, OPT__COUNT
 } option_id_t;
+enum { UNWIND_FP = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
 const char *_strata_option_str(option_id_t id);  /* string options: NULL when unset */
 enum { BIND_PREFERRED = 0, BIND_STRICT = 1 };
@@ -168,6 +173,7 @@ extern stats_t _strata_stats;
 
 /* ---- meta.c: the allocator's own metadata (never libc malloc) -------------------------- */
 
+extern pthread_mutex_t _strata_meta_lock;
 void *_strata_meta_alloc(size_t size);           /* zeroed; NULL on failure */
 void _strata_meta_free(void *p, size_t size);
 
@@ -271,6 +277,34 @@ int _strata_place_tier(strata_place_t place);    /* -1 unbound, else the tier (c
 void *_strata_arena_alloc(arena_t *a, size_t size, size_t align, const void *near);
 void _strata_run_free(page_t *run, void *p);
 void _strata_large_free(large_t *l, void *p);
+
+/* ---- alloc/tag.c: which context an object belongs to, kept in the allocator's metadata -- */
+
+void _strata_tag(void *p, uint32_t ctx, uint32_t record);
+void _strata_untag(void *p);                     /* on free: counts it, forgets its record */
+void _strata_tags_release(page_t *span);         /* a span goes back to its segment */
+void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align); /* page aligned, whole pages */
+
+/* ---- context/context.c, rules.c, report.c: allocation contexts -------------------------- */
+
+extern _Atomic bool _strata_contexts_on;
+extern pthread_mutex_t _strata_channel_lock;
+uint32_t _strata_context_of(size_t size, void *ret, void *frame); /* 0 = none */
+strata_context_t *_strata_context(uint32_t idx);
+void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
+void _strata_context_free(uint32_t idx, size_t usable);
+uint32_t _strata_track(void *p, size_t len, uint32_t idx);
+void _strata_untrack(uint32_t first, const void *p);
+strata_channel_header_t *_strata_channel(void);
+void _strata_channel_remove(void);
+void _strata_channel_forget(void);
+void _strata_contexts_start(void);
+bool _strata_in_capture(void);
+void _strata_set_in_capture(bool v);
+void _strata_rules_load(void);
+void _strata_rules_apply(strata_context_t *c);
+void _strata_report_write(void);
+arena_t *_strata_directive_arena(int32_t directive);
 
 /* ---- machine/linux.c: the machine interface -------------------------------------------- */
 

@@ -11,7 +11,8 @@
 #define META_UNIT 64
 #define META_LISTS (META_CHUNK / META_UNIT / 4) /* sizes up to 64 KiB are recycled */
 
-static pthread_mutex_t meta_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t _strata_meta_lock = PTHREAD_MUTEX_INITIALIZER;
+#define meta_lock _strata_meta_lock
 static char *bump, *bump_end;
 static block_t *free_lists[META_LISTS];
 

@@ -1,4 +1,5 @@
-//! Compiles libstrata (the C files under libstrata/, not its tests) into a static library,
+//! Compiles libstrata (the C files under libstrata/, not its tests nor the LD_PRELOAD
+//! interposer) into a static library,
 //! plus abi_check.c, which reports the C layout of the public structs for the layout test.
 use std::path::{Path, PathBuf};
 
@@ -11,7 +12,8 @@ fn c_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in entries {
         let p = e.path();
         if p.is_dir() {
-            if p.file_name().is_some_and(|n| n != "tests") {
+            // tests are programs; preload/ interposes malloc, for libstrata.so only
+            if p.file_name().is_some_and(|n| n != "tests" && n != "preload") {
                 c_files(&p, out);
             }
         } else if p.extension().is_some_and(|x| x == "c") {
@@ -31,6 +33,7 @@ fn main() {
         .include(root.join("include"))
         .include(&src)
         .flag("-std=gnu11")
+        .define("_GNU_SOURCE", None)
         .flag("-pthread")
         .flag_if_supported("-Wno-unused-parameter")
         .opt_level(2);

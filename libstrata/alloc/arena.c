@@ -32,6 +32,37 @@ static void shared_init(void) {
   }
 }
 
+/* fork: hold every process-wide lock across fork() (in the order they nest in use), so the
+ * child starts with none held by a thread that no longer exists. User arenas are the
+ * application's: a fork while another thread is inside one of them leaves it locked. */
+static void fork_prepare(void) {
+  for (int i = 0; i < NSHARED; i++) pthread_mutex_lock(&shared[i].lock);
+  for (int i = 0; i < NSHARED; i++)
+    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&centrals[i][c].lock);
+  pthread_mutex_lock(&_strata_seg_lock);
+  pthread_mutex_lock(&_strata_meta_lock);
+  pthread_mutex_lock(&_strata_channel_lock);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&_strata_channel_lock);
+  pthread_mutex_unlock(&_strata_meta_lock);
+  pthread_mutex_unlock(&_strata_seg_lock);
+  for (int i = NSHARED - 1; i >= 0; i--)
+    for (int c = NCLASSES - 1; c >= 0; c--) pthread_mutex_unlock(&centrals[i][c].lock);
+  for (int i = NSHARED - 1; i >= 0; i--) pthread_mutex_unlock(&shared[i].lock);
+}
+
+static void fork_child(void) {
+  fork_parent();
+  if (atomic_load(&_strata_contexts_on)) _strata_channel_forget(); /* the parent's, not ours */
+}
+
+__attribute__((constructor)) static void fork_handlers(void) {
+  pthread_once(&shared_once, shared_init);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 arena_t *_strata_shared(int idx) {
   static _Atomic bool ready;
   if (unlikely(!atomic_load_explicit(&ready, memory_order_acquire))) {
@@ -112,6 +143,21 @@ void _strata_large_free(large_t *l, void *p) {
   large_unlink(a, l);
   pthread_mutex_unlock(&a->lock);
   _strata_large_unmap(l);
+}
+
+/* Whole pages, page aligned, whatever the size (tracked objects of transparent mode). */
+void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align) {
+  if (align < PAGE_SIZE) align = PAGE_SIZE;
+  if (size < LARGE_MIN && align <= LARGE_MIN) return run_alloc(a, size, align, NULL);
+  return large_alloc(a, size, align);
+}
+
+/* The shared arena a context directive names. */
+arena_t *_strata_directive_arena(int32_t d) {
+  if (d == STRATA_DIRECTIVE_FAST) return _strata_shared(1);
+  if (d == STRATA_DIRECTIVE_SLOW) return _strata_shared(_strata_ntiers());
+  if (d >= STRATA_DIRECTIVE_TIER0) return _strata_shared(1 + _strata_place_tier(strata_tier((unsigned)(d - STRATA_DIRECTIVE_TIER0))));
+  return _strata_shared(0);
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------- */

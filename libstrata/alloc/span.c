@@ -98,6 +98,7 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
     if (!s->in_list) partial_push(c, s);
     if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
       partial_remove(c, s);
+      _strata_tags_release(s);
       _strata_pages_free(s, s->u.span.npages, false);
       STAT_ADD(spans, -1);
     }

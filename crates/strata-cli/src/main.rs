@@ -5,6 +5,7 @@
 mod bench;
 mod config;
 mod output;
+mod run;
 mod topo;
 mod vm;
 
@@ -19,6 +20,7 @@ Examples:
   strata topo --emulate m2t --json the M2T testbed as an emulated topology
   strata bench locality            NextTo vs malloc: pages per list traversal, speed-up
   strata bench alloc               strata_malloc vs glibc malloc throughput
+  strata run --report -- python3 x.py   run a program under Strata, report its contexts
   strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier";
 
 #[derive(Parser)]
@@ -35,6 +37,8 @@ struct Cli {
 enum Command {
     /// Show NUMA nodes, memory tiers, HMAT attributes, distances and Strata's tier order
     Topo(topo::Args),
+    /// Run a program under Strata (LD_PRELOAD), optionally with rules and a context report
+    Run(run::Args),
     /// Run a benchmark (native measurements on this machine)
     #[command(subcommand)]
     Bench(bench::Command),
@@ -48,6 +52,7 @@ fn main() {
     let result = config::load(cli.config.as_deref()).and_then(|cfg| match cli.command {
         Command::Topo(a) => topo::run(a, &cfg).map(|()| 0),
         Command::Bench(b) => bench::run(b, &cfg).map(|()| 0),
+        Command::Run(a) => run::run(a),
         Command::Vm(v) => vm::run(v),
     });
     match result {

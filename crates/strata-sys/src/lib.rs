@@ -109,6 +109,7 @@ extern "C" {
     pub fn strata_stats_print(json: c_int, out: Option<strata_output_fn>, arg: *mut c_void);
     pub fn strata_stat(name: *const c_char) -> i64;
     pub fn strata_options_print(out: Option<strata_output_fn>, arg: *mut c_void);
+    pub fn strata_rules_check(path: *const c_char, err: *mut c_char, errn: usize) -> c_int;
     #[doc(hidden)]
     pub fn strata_abi_layout(out: *mut usize, n: usize) -> usize;
 }

@@ -1,0 +1,176 @@
+//! `strata run`: run a program under Strata's transparent mode (LD_PRELOAD=libstrata.so),
+//! optionally with placement rules, and report its allocation contexts at exit.
+use std::ffi::{CStr, CString};
+use std::fmt::Write as _;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::output::{bytes, emit};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print a per-context report after the program exits (top contexts by bytes allocated
+    /// and by live bytes, with stacks, directives, and where tracked objects are)
+    #[arg(long)]
+    report: bool,
+    /// Placement rules for allocation contexts (see examples/rules.txt)
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// With --report: print the reports as JSON
+    #[arg(long)]
+    json: bool,
+    /// Contexts shown per ranking in the report
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Do not track allocation contexts (Strata's allocator only)
+    #[arg(long)]
+    no_contexts: bool,
+    /// libstrata.so to preload (default: $STRATA_LIB, next to this binary, or build/)
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// The program and its arguments
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// Where libstrata.so is: --lib, $STRATA_LIB, beside the binary, the repository's build/.
+pub fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let mut tried = Vec::new();
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(g) = given {
+        candidates.push(g.to_path_buf());
+    } else {
+        if let Some(e) = std::env::var_os("STRATA_LIB") {
+            candidates.push(e.into());
+        }
+        if let Ok(exe) = std::env::current_exe() {
+            if let Some(dir) = exe.parent() {
+                candidates.push(dir.join("libstrata.so"));
+                candidates.push(dir.join("../../build/libstrata.so"));
+                candidates.push(dir.join("../lib/libstrata.so"));
+            }
+        }
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Ok(std::fs::canonicalize(&c)?);
+        }
+        tried.push(c.display().to_string());
+    }
+    bail!("libstrata.so not found (looked at {}); build it with `make lib`, or pass --lib / set STRATA_LIB", tried.join(", "))
+}
+
+/// Check a rules file with libstrata's own parser.
+pub fn check_rules(path: &Path) -> anyhow::Result<usize> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).context("rules path")?;
+    let mut err = vec![0 as std::ffi::c_char; 512];
+    let n = unsafe { strata_sys::strata_rules_check(c.as_ptr(), err.as_mut_ptr(), err.len()) };
+    if n < 0 {
+        let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+        bail!("rules file {}: {msg}", path.display());
+    }
+    Ok(n as usize)
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let lib = find_lib(a.lib.as_deref())?;
+    let mut cmd = Command::new(&a.command[0]);
+    cmd.args(&a.command[1..]);
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    cmd.env("LD_PRELOAD", preload);
+    if let Some(r) = &a.rules {
+        check_rules(r)?;
+        cmd.env("STRATA_RULES", std::fs::canonicalize(r)?);
+    }
+    if a.no_contexts {
+        cmd.env("STRATA_CONTEXTS", "0");
+    }
+    let dir = std::env::temp_dir().join(format!("strata-run-{}", std::process::id()));
+    if a.report {
+        anyhow::ensure!(!a.no_contexts, "--report needs contexts (drop --no-contexts)");
+        std::fs::create_dir_all(&dir)?;
+        cmd.env("STRATA_REPORT", dir.join("report.%p.json"));
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.command[0]))?;
+    let pid = child.id();
+    let status = child.wait()?;
+    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    if a.report {
+        let result = print_report(&dir, pid, &a);
+        let _ = std::fs::remove_dir_all(&dir);
+        result?;
+    }
+    Ok(code)
+}
+
+fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
+    let mut reports: Vec<Value> = Vec::new();
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let text = std::fs::read_to_string(e.path())?;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) => reports.push(v),
+            Err(err) => eprintln!("strata: skipping unreadable report {}: {err}", e.path().display()),
+        }
+    }
+    // the program itself first, then any processes it started
+    reports.sort_by_key(|r| (r["pid"].as_u64() != Some(pid as u64), r["pid"].as_u64()));
+    if a.json {
+        return crate::output::emit_json(&serde_json::json!({ "pid": pid, "processes": reports }));
+    }
+    if reports.is_empty() {
+        return emit("strata: no report was written (the program exited abnormally, or is statically linked)\n");
+    }
+    let mut s = String::new();
+    for r in reports.iter().take(1) {
+        let ctxs = r["contexts"].as_array().cloned().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "\n== Strata report: pid {} ({}), {} contexts{}",
+            r["pid"],
+            r["exe"].as_str().unwrap_or("?"),
+            ctxs.len(),
+            if r["contexts_dropped"].as_u64().unwrap_or(0) > 0 { format!(", {} allocations without a context (table full)", r["contexts_dropped"]) } else { String::new() }
+        );
+        for (title, key) in [("by bytes allocated", "bytes_allocated"), ("by live bytes", "live_bytes")] {
+            let mut v: Vec<&Value> = ctxs.iter().filter(|c| c[key].as_u64().unwrap_or(0) > 0).collect();
+            v.sort_by_key(|c| std::cmp::Reverse(c[key].as_u64().unwrap_or(0)));
+            let _ = writeln!(s, "\ntop contexts {title}:");
+            let _ = writeln!(s, "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} {}", "id", "class", "allocs", "live", "allocated", "live bytes", "directive", "resident (tracked)");
+            for c in v.iter().take(a.top) {
+                let res: Vec<String> = c["resident_node_bytes"]
+                    .as_object()
+                    .map(|m| m.iter().map(|(n, b)| format!("node{n} {}", bytes(b.as_u64().unwrap_or(0)))).collect())
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} {}",
+                    c["id"].as_str().unwrap_or("?"),
+                    match c["class_bytes"].as_u64() { Some(0) | None => "large".into(), Some(b) => bytes(b) },
+                    c["allocs"].as_u64().unwrap_or(0),
+                    c["live_objects"].as_u64().unwrap_or(0),
+                    bytes(c["bytes_allocated"].as_u64().unwrap_or(0)),
+                    bytes(c["live_bytes"].as_u64().unwrap_or(0)),
+                    c["directive"].as_str().unwrap_or("?"),
+                    if res.is_empty() { "-".into() } else { res.join(", ") }
+                );
+                for f in c["stack"].as_array().into_iter().flatten().take(4) {
+                    let obj = f["object"].as_str().map(|o| Path::new(o).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()).unwrap_or_default();
+                    // no dynamic symbol (a static function): the offset in its object, for addr2line
+                    let sym = f["symbol"].as_str().map(str::to_string).unwrap_or_else(|| format!("{obj}+{}", f["offset"].as_str().unwrap_or("?")));
+                    let _ = writeln!(s, "      at {sym} ({obj})");
+                }
+            }
+        }
+    }
+    if reports.len() > 1 {
+        let _ = writeln!(s, "\n({} more processes reported; --json shows them all)", reports.len() - 1);
+    }
+    emit(&s)
+}

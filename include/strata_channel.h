@@ -1,0 +1,70 @@
+/* strata_channel.h: what a process running under Strata shares with a tiering daemon.
+ *
+ * One region per process, in shared memory at /dev/shm/strata.<pid> (shm_open name
+ * "/strata.<pid>"), fixed layout, versioned. Laid out as:
+ *
+ *   strata_channel_header_t                       (offset 0)
+ *   strata_context_t   contexts[context_capacity] (offset contexts_offset)
+ *   strata_object_t    objects[object_capacity]   (offset objects_offset)
+ *
+ * The process writes contexts and objects; a daemon reads them and may write `directive` of
+ * a context (where its next allocations go). All counters are 64-bit and updated with
+ * relaxed atomics: a reader sees each field whole, not a consistent snapshot of all of them.
+ * A Rust mirror lives in crates/strata-sys (checked against this file by a test).
+ */
+#ifndef STRATA_CHANNEL_H
+#define STRATA_CHANNEL_H
+
+#include <stdint.h>
+
+#define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
+#define STRATA_CHANNEL_VERSION 1
+#define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
+#define STRATA_OBJECT_RECORD_MAX ((uint64_t)64 << 20) /* large objects split in 64 MiB records */
+
+/* directive values: where a context's new objects go */
+enum {
+  STRATA_DIRECTIVE_DEFAULT = 0, /* the default arena (unbound) */
+  STRATA_DIRECTIVE_FAST = 1,    /* the fastest tier */
+  STRATA_DIRECTIVE_SLOW = 2,    /* the slowest tier */
+  STRATA_DIRECTIVE_TIER0 = 3,   /* tier n is STRATA_DIRECTIVE_TIER0 + n */
+};
+
+typedef struct strata_channel_header_s {
+  uint64_t magic;             /* STRATA_CHANNEL_MAGIC */
+  uint32_t version;           /* STRATA_CHANNEL_VERSION */
+  uint32_t header_bytes;      /* sizeof(strata_channel_header_t) */
+  int64_t pid;
+  uint64_t context_capacity;  /* entries in contexts[] (a power of two) */
+  uint64_t context_bytes;     /* sizeof(strata_context_t) */
+  uint64_t contexts_offset;
+  uint64_t object_capacity;   /* entries in objects[] */
+  uint64_t object_bytes;      /* sizeof(strata_object_t) */
+  uint64_t objects_offset;
+  uint64_t objects_high;      /* objects[0..objects_high) have ever been used */
+  uint64_t contexts_used;     /* contexts with a non-zero id */
+  uint64_t contexts_dropped;  /* allocations whose context did not fit in the table */
+  uint64_t objects_dropped;   /* tracked objects that did not fit in objects[] */
+} strata_channel_header_t;
+
+/* One allocation context: hash of the call stack and the size class. Open addressing by
+ * id in contexts[]; an entry with id 0 is empty. Index 0 is never used (0 = no context). */
+typedef struct strata_context_s {
+  uint64_t id;                /* 0 = empty */
+  uint32_t size_class;        /* Strata size class of the allocations (0: above 64 KiB) */
+  int32_t directive;          /* STRATA_DIRECTIVE_*; the daemon may rewrite it */
+  uint64_t allocs, frees, live_objects, live_bytes, bytes_allocated;
+  uint32_t nframes;           /* valid entries in frames[] */
+  uint32_t rule;              /* 1 + index of the rule that set the directive, 0 none */
+  uint64_t frames[STRATA_CONTEXT_FRAMES]; /* return addresses, innermost first */
+} strata_context_t;
+
+/* One tracked object (>= the tracking threshold, page aligned), or a 64 MiB record of one. */
+typedef struct strata_object_s {
+  uint64_t addr;              /* 0 = free slot */
+  uint64_t len;
+  uint32_t context;           /* index into contexts[] */
+  uint32_t next;              /* next record of the same object, 0 = last */
+} strata_object_t;
+
+#endif /* STRATA_CHANNEL_H */

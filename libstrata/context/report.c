@@ -1,0 +1,159 @@
+/* report.c: the per-context report a process writes at exit when STRATA_REPORT names a file
+ * (`strata run --report` sets it): every context with its counters, directive, symbolized
+ * stack (dladdr, at report time), and where its tracked objects' pages are, from the
+ * machine. JSON, one object; read by `strata run`. */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct out_s {
+  int fd;
+  char buf[16384];
+  size_t len;
+} out_t;
+
+static void flush(out_t *o) {
+  size_t off = 0;
+  while (off < o->len) {
+    ssize_t w = write(o->fd, o->buf + off, o->len - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  o->len = 0;
+}
+
+static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out_t *o, const char *fmt, ...) {
+  char tmp[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= sizeof tmp) n = sizeof tmp - 1;
+  if (o->len + (size_t)n > sizeof o->buf) flush(o);
+  memcpy(o->buf + o->len, tmp, (size_t)n);
+  o->len += (size_t)n;
+}
+
+/* a JSON string: quotes and control characters escaped */
+static void put_str(out_t *o, const char *s) {
+  put(o, "\"");
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') put(o, "\\%c", c);
+    else if (c < 0x20) put(o, "\\u%04x", c);
+    else put(o, "%c", c);
+  }
+  put(o, "\"");
+}
+
+static const char *directive_name(int32_t d, char *buf, size_t n) {
+  switch (d) {
+    case STRATA_DIRECTIVE_DEFAULT: return "default";
+    case STRATA_DIRECTIVE_FAST: return "fast";
+    case STRATA_DIRECTIVE_SLOW: return "slow";
+    default: snprintf(buf, n, "tier:%d", d - STRATA_DIRECTIVE_TIER0); return buf;
+  }
+}
+
+void _strata_report_write(void) {
+  const char *path = _strata_option_str(OPT_REPORT);
+  strata_channel_header_t *h = _strata_channel();
+  if (!path || !h) return;
+  bool was = _strata_in_capture();
+  _strata_set_in_capture(true); /* dladdr and friends may allocate: keep them out of contexts */
+  char file[512];
+  size_t k = 0;
+  for (const char *c = path; *c && k + 24 < sizeof file; c++) { /* %p = pid */
+    if (c[0] == '%' && c[1] == 'p') {
+      k += (size_t)snprintf(file + k, sizeof file - k, "%lld", (long long)h->pid);
+      c++;
+    } else {
+      file[k++] = *c;
+    }
+  }
+  file[k] = 0;
+  static out_t o;
+  o.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  o.len = 0;
+  if (o.fd < 0) {
+    _strata_set_in_capture(was);
+    return;
+  }
+  strata_context_t *ctx = (strata_context_t *)((char *)h + h->contexts_offset);
+  strata_object_t *obj = (strata_object_t *)((char *)h + h->objects_offset);
+  char exe[512];
+  ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[el > 0 ? el : 0] = 0;
+  put(&o, "{\"pid\":%lld,\"exe\":", (long long)h->pid);
+  put_str(&o, exe);
+  put(&o, ",\"contexts_used\":%llu,\"contexts_dropped\":%llu,\"objects_dropped\":%llu,\"contexts\":[",
+      (unsigned long long)h->contexts_used, (unsigned long long)h->contexts_dropped,
+      (unsigned long long)h->objects_dropped);
+  int first = 1;
+  for (uint64_t i = 1; i < h->context_capacity; i++) {
+    strata_context_t *c = &ctx[i];
+    if (!c->id || !c->allocs) continue;
+    char dbuf[24];
+    put(&o, "%s{\"index\":%llu,\"id\":\"%016llx\",\"size_class\":%u,\"class_bytes\":%zu,\"directive\":\"%s\","
+            "\"rule\":%u,\"allocs\":%llu,\"frees\":%llu,\"live_objects\":%llu,\"live_bytes\":%llu,"
+            "\"bytes_allocated\":%llu,",
+        first ? "" : ",", (unsigned long long)i, (unsigned long long)c->id, c->size_class,
+        c->size_class ? _strata_class_size(c->size_class) : (size_t)0,
+        directive_name(c->directive, dbuf, sizeof dbuf), c->rule, (unsigned long long)c->allocs,
+        (unsigned long long)c->frees, (unsigned long long)c->live_objects,
+        (unsigned long long)c->live_bytes, (unsigned long long)c->bytes_allocated);
+    first = 0;
+    /* where the context's live tracked objects are, asked of the machine */
+    strata_residency_t total, r;
+    memset(&total, 0, sizeof total);
+    uint64_t tracked = 0;
+    for (uint64_t k = 1; k < h->objects_high; k++) {
+      if (!obj[k].addr || obj[k].context != i) continue;
+      tracked += obj[k].len;
+      if (strata_where((void *)(uintptr_t)obj[k].addr, obj[k].len, &r) != 0) continue;
+      for (int t = 0; t < STRATA_MAX_TIERS; t++) total.tier_bytes[t] += r.tier_bytes[t];
+      for (int nd = 0; nd < STRATA_MAX_NODES; nd++) total.node_bytes[nd] += r.node_bytes[nd];
+    }
+    put(&o, "\"tracked_bytes\":%llu,\"resident_node_bytes\":{", (unsigned long long)tracked);
+    int f2 = 1;
+    for (int nd = 0; nd < STRATA_MAX_NODES; nd++)
+      if (total.node_bytes[nd]) {
+        put(&o, "%s\"%d\":%llu", f2 ? "" : ",", nd, (unsigned long long)total.node_bytes[nd]);
+        f2 = 0;
+      }
+    put(&o, "},\"stack\":[");
+    for (uint32_t f = 0; f < c->nframes; f++) {
+      Dl_info info;
+      void *a = (void *)(uintptr_t)c->frames[f];
+      put(&o, "%s{\"addr\":\"%p\",\"symbol\":", f ? "," : "", a);
+      if (dladdr((char *)a - 1, &info) && info.dli_sname) {
+        char sym[300];
+        snprintf(sym, sizeof sym, "%s+0x%lx", info.dli_sname,
+                 (unsigned long)((char *)a - (char *)info.dli_saddr));
+        put_str(&o, sym);
+      } else {
+        put(&o, "null");
+      }
+      put(&o, ",\"object\":");
+      if (dladdr((char *)a - 1, &info) && info.dli_fname) {
+        put_str(&o, info.dli_fname);
+        put(&o, ",\"offset\":\"0x%lx\"", (unsigned long)((char *)a - (char *)info.dli_fbase));
+      } else {
+        put(&o, "null");
+      }
+      put(&o, "}");
+    }
+    put(&o, "]}");
+  }
+  put(&o, "]}\n");
+  flush(&o);
+  close(o.fd);
+  _strata_set_in_capture(was);
+}
