@@ -55,12 +55,39 @@ run: bootstrap all
 	target/release/strata topo
 	target/release/strata bench locality
 
-c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS)))
+# transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
+PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
+                 $(BUILD)/preload/test_stress_libc $(BUILD)/preload/two_sites
+$(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -mno-red-zone $< -o $@ -ldl
+$(BUILD)/preload/test_preload_cxx: libstrata/tests/test_preload_cxx.cc
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 -g -std=c++17 $< -o $@ -ldl
+$(BUILD)/preload/test_stress_libc: libstrata/tests/test_stress.c libstrata/tests/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DUSE_LIBC $< -o $@
+$(BUILD)/preload/two_sites: tests/preload/two_sites.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -rdynamic $< -o $@ -ldl
+
+c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	@set -e; for f in plain asan tsan; do \
 	  echo "== C tests ($$f)"; \
 	  $(BUILD)/$$f/test_api; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
 	done
+	@echo "== transparent mode (LD_PRELOAD=$(BUILD)/libstrata.so)"
+	@set -e; so=$(CURDIR)/$(BUILD)/libstrata.so; \
+	LD_PRELOAD=$$so $(BUILD)/preload/test_preload; \
+	LD_PRELOAD=$$so STRATA_UNWIND=dwarf $(BUILD)/preload/test_preload; \
+	LD_PRELOAD=$$so $(BUILD)/preload/test_preload_cxx; \
+	LD_PRELOAD=$$so $(BUILD)/preload/test_stress_libc 4 300000; \
+	LD_PRELOAD=$$so STRATA_CONTEXTS=0 $(BUILD)/preload/test_stress_libc 2 100000; \
+	LD_PRELOAD=$$so $(BUILD)/preload/two_sites; \
+	LD_PRELOAD=$$so STRATA_RULES=tests/preload/two_sites.rules $(BUILD)/preload/two_sites --with-rules; \
+	LD_PRELOAD=$$so STRATA_RULES=tests/preload/two_sites.rules STRATA_UNWIND=dwarf $(BUILD)/preload/two_sites --with-rules; \
+	tests/preload/real_programs.sh $$so
 
 rust-test:
 	cargo test --release --workspace

@@ -14,6 +14,11 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have cc || need_pkgs+=(gcc)
 have make || need_pkgs+=(make)
 have git || need_pkgs+=(git)
+have g++ || need_pkgs+=(g++)
+# real programs run under LD_PRELOAD by the tests
+have sqlite3 || need_pkgs+=(sqlite3)
+have xz || need_pkgs+=(xz-utils)
+have perl || need_pkgs+=(perl)
 # the sanitizer runtimes of gcc, for the ASan/TSan test builds
 gcc_ver=$( (cc -dumpversion 2>/dev/null || echo 12) | cut -d. -f1)
 [ -e "$(cc -print-file-name=libasan.so 2>/dev/null)" ] && [ "$(cc -print-file-name=libasan.so)" != libasan.so ] \

@@ -33,7 +33,7 @@ static int64_t channel_pid;
 static uint32_t object_free_head; /* free list of objects[] slots, via next; channel_lock */
 
 static __thread bool in_capture __attribute__((tls_model("initial-exec")));
-static __thread uintptr_t stack_lo, stack_hi __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t stack_hi __attribute__((tls_model("initial-exec")));
 static __thread bool stack_known __attribute__((tls_model("initial-exec")));
 
 /* executable mappings, read once from /proc/self/maps: where return addresses may point */
@@ -161,19 +161,20 @@ static void learn_stack(void) {
   void *addr;
   size_t size;
   if (pthread_getattr_np(pthread_self(), &attr) == 0) { /* may malloc: guard is set */
-    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-      stack_lo = (uintptr_t)addr;
-      stack_hi = (uintptr_t)addr + size;
-    }
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) stack_hi = (uintptr_t)addr + size;
     pthread_attr_destroy(&attr);
   }
 }
 
+/* Callers' frames lie between our own frame and the top of the stack, and all of that is
+ * mapped: a frame pointer outside it is not one (code built without frame pointers keeps
+ * anything in rbp), and the walk stops there. The stack's low end is not used: with an
+ * unlimited stack rlimit glibc reports it near 0 for the main thread. */
 static int capture_fp(void *frame, uint64_t *out, int depth) {
   int n = 0;
-  uintptr_t fp = (uintptr_t)frame;
+  uintptr_t fp = (uintptr_t)frame, lo = (uintptr_t)__builtin_frame_address(0);
   while (n < depth) {
-    if (fp < stack_lo || fp + 16 > stack_hi || (fp & 7)) break;
+    if (fp < lo || stack_hi < 16 || fp > stack_hi - 16 || (fp & 7)) break; /* no wrap-around */
     uintptr_t next = ((uintptr_t *)fp)[0], ret = ((uintptr_t *)fp)[1];
     if (!is_text(ret)) break;
     out[n++] = ret;

@@ -1,9 +1,19 @@
 /* test_stress.c: threads allocate objects of random sizes and placements, stamp them, and
  * hand half of them to the next thread, which checks the stamp and frees them (cross-thread
  * frees). Any lost or overlapping block shows up as a wrong stamp. Also run under ASan and
- * TSan by `make test`. Usage: test_stress [threads] [rounds] */
+ * TSan by `make test`. Built with -DUSE_LIBC it calls malloc/realloc/free instead, and runs
+ * under LD_PRELOAD=libstrata.so. Usage: test_stress [threads] [rounds] */
 #include "strata.h"
 #include "check.h"
+
+#ifdef USE_LIBC /* transparent mode: the program knows nothing of Strata */
+#define strata_malloc(n, place) malloc(n)
+#define strata_realloc realloc
+#define strata_free free
+#define strata_arena_new(place) ((strata_arena_t *)1)
+#define strata_arena_destroy(a) 0
+#define strata_stat(name) 0
+#endif
 
 #include <pthread.h>
 #include <stdint.h>
@@ -88,6 +98,7 @@ static void *worker(void *arg) {
                                             : strata_default(); break;
       default: pl = strata_default();
     }
+    (void)pl; /* unused when built with USE_LIBC */
     obj_t o = {strata_malloc(n, pl), n, (uint32_t)x};
     if (!o.p) { failed_allocs++; continue; }
     stamp(&o);
