@@ -27,7 +27,7 @@ lib: $(BUILD)/libstrata.a $(BUILD)/libstrata.so
 define flavour
 $(BUILD)/$(1)/%.o: %.c $(HDRS)
 	@mkdir -p $$(dir $$@)
-	$(CC) $(CFLAGS) $(2) -c $$< -o $$@
+	$(CC) $(CFLAGS) -fvisibility=hidden $(2) -c $$< -o $$@
 $(BUILD)/$(1)/lib.a: $(patsubst %.c,$(BUILD)/$(1)/%.o,$(LIB_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
@@ -67,7 +67,7 @@ $(BUILD)/preload/test_preload_cxx: libstrata/tests/test_preload_cxx.cc
 $(BUILD)/preload/test_stress_libc: libstrata/tests/test_stress.c libstrata/tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DUSE_LIBC $< -o $@
-$(BUILD)/preload/two_sites: tests/preload/two_sites.c
+$(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -rdynamic $< -o $@ -ldl
 
@@ -89,7 +89,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	LD_PRELOAD=$$so STRATA_RULES=tests/preload/two_sites.rules STRATA_UNWIND=dwarf $(BUILD)/preload/two_sites --with-rules; \
 	tests/preload/real_programs.sh $$so
 
-rust-test:
+rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	cargo test --release --workspace
 
 # guest test programs: static, so the guest needs no libraries for them
@@ -98,7 +98,7 @@ $(BUILD)/vm/%: tests/vm/%.c tests/vm/numa_maps.h $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -static $< $(BUILD)/libstrata.a -o $@
 
-vm-test: vm-bins rust
+vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites
 	@scripts/bootstrap.sh --vm
 	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
 

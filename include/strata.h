@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* exported from libstrata.so; everything else in the library is hidden */
+#define STRATA_API __attribute__((visibility("default")))
+
 /* ------------------------------------------------------------------------------------------
  * Limits
  * ---------------------------------------------------------------------------------------- */
@@ -83,23 +86,23 @@ static inline strata_place_t strata_in_arena(strata_arena_t *a) {
 /* Allocate `size` bytes (16-byte aligned) placed as `place` says. size 0 returns a unique
  * pointer. Returns NULL with errno ENOMEM when memory cannot be had, EINVAL for a bad
  * placement (an ARENA placement with a NULL arena). */
-void *strata_malloc(size_t size, strata_place_t place);
+STRATA_API void *strata_malloc(size_t size, strata_place_t place);
 /* Zeroed n*size bytes; NULL + ENOMEM on overflow. */
-void *strata_calloc(size_t n, size_t size, strata_place_t place);
+STRATA_API void *strata_calloc(size_t n, size_t size, strata_place_t place);
 /* `size` bytes aligned to `align` (a power of two, at most 1 MiB); EINVAL otherwise. */
-void *strata_malloc_aligned(size_t size, size_t align, strata_place_t place);
+STRATA_API void *strata_malloc_aligned(size_t size, size_t align, strata_place_t place);
 /* Grow or shrink `p`, keeping its contents and its placement (the new block is in the same
  * arena; in a user arena, next to the old one). realloc(NULL, n) is malloc(n, default);
  * realloc(p, 0) frees p and returns NULL, as glibc does. On failure p is unchanged, NULL is
  * returned with errno ENOMEM (EINVAL for a pointer Strata does not own). */
-void *strata_realloc(void *p, size_t size);
+STRATA_API void *strata_realloc(void *p, size_t size);
 /* Free a pointer returned by this library. NULL is ignored. A pointer that Strata did not
  * allocate is detected and ignored (counted as `free_foreign`). */
-void strata_free(void *p);
+STRATA_API void strata_free(void *p);
 /* Bytes usable at p (at least the size asked for); 0 for NULL or a foreign pointer. */
-size_t strata_usable_size(const void *p);
+STRATA_API size_t strata_usable_size(const void *p);
 /* 1 if p lies in memory Strata manages, else 0. */
-int strata_owns(const void *p);
+STRATA_API int strata_owns(const void *p);
 
 /* ------------------------------------------------------------------------------------------
  * Arenas: the unit of locality. An arena owns its own pages; objects in one arena never
@@ -109,14 +112,14 @@ int strata_owns(const void *p);
 
 /* A new arena whose pages follow `place`: DEFAULT (unbound), HOT, COLD, TIER(n), or NEXT_TO(p)
  * (the binding of p's arena). ARENA is not accepted (EINVAL). NULL + errno on failure. */
-strata_arena_t *strata_arena_new(strata_place_t place);
+STRATA_API strata_arena_t *strata_arena_new(strata_place_t place);
 /* Free every object of the arena and the arena itself. The shared arenas cannot be
  * destroyed: returns -EINVAL for them, 0 on success. */
-int strata_arena_destroy(strata_arena_t *a);
+STRATA_API int strata_arena_destroy(strata_arena_t *a);
 /* The arena that owns p, or NULL for a foreign pointer. */
-strata_arena_t *strata_arena_of(const void *p);
+STRATA_API strata_arena_t *strata_arena_of(const void *p);
 /* The tier an arena's pages are bound to, or -1 when unbound (default arena). */
-int strata_arena_tier(const strata_arena_t *a);
+STRATA_API int strata_arena_tier(const strata_arena_t *a);
 
 /* ------------------------------------------------------------------------------------------
  * Introspection: where memory really is (asked of the machine, not of Strata's books).
@@ -131,7 +134,7 @@ typedef struct strata_residency_s {
 
 /* Fill *r with where the pages of [p, p+len) are. Every page the range touches counts as a
  * whole. Returns 0, or -errno when the machine cannot tell (e.g. -ENOSYS without NUMA). */
-int strata_where(const void *p, size_t len, strata_residency_t *r);
+STRATA_API int strata_where(const void *p, size_t len, strata_residency_t *r);
 
 /* ------------------------------------------------------------------------------------------
  * Topology: the nodes and the tier order this process uses. Discovered once from sysfs (or
@@ -160,12 +163,12 @@ typedef struct strata_topology_s {
 } strata_topology_t;
 
 /* The process topology (discovered once, then cached). Never NULL. */
-const strata_topology_t *strata_topology(void);
+STRATA_API const strata_topology_t *strata_topology(void);
 /* Discover a topology from a sysfs tree rooted at `sysfs_root` ("/sys" for the real one,
  * or a fixture directory). `tiers_override` is the STRATA_TIERS syntax ("0,2;1": tier 0 =
  * nodes 0 and 2, tier 1 = node 1) or NULL. Returns 0 or -errno (-EINVAL for a bad override,
  * with nothing changed in *t). */
-int strata_topology_discover(const char *sysfs_root, const char *tiers_override,
+STRATA_API int strata_topology_discover(const char *sysfs_root, const char *tiers_override,
                              strata_topology_t *t);
 
 /* ------------------------------------------------------------------------------------------
@@ -175,9 +178,9 @@ int strata_topology_discover(const char *sysfs_root, const char *tiers_override,
 
 typedef void strata_output_fn(const char *text, void *arg);
 /* Print the statistics; `out` NULL prints to stderr. json != 0 gives one JSON object. */
-void strata_stats_print(int json, strata_output_fn *out, void *arg);
+STRATA_API void strata_stats_print(int json, strata_output_fn *out, void *arg);
 /* One counter by name (see the table in strata_stats_print), -1 when unknown. */
-int64_t strata_stat(const char *name);
+STRATA_API int64_t strata_stat(const char *name);
 
 /* ------------------------------------------------------------------------------------------
  * Transparent mode: LD_PRELOAD=libstrata.so places objects by allocation context.
@@ -185,14 +188,14 @@ int64_t strata_stat(const char *name);
 
 /* Check a rules file (syntax in libstrata/context/rules.c). Returns the number of rules, or
  * -1 with a message (naming the line) in err. */
-int strata_rules_check(const char *path, char *err, size_t errn);
+STRATA_API int strata_rules_check(const char *path, char *err, size_t errn);
 
 /* ------------------------------------------------------------------------------------------
  * Options: read from STRATA_<NAME> environment variables on first use.
  * ---------------------------------------------------------------------------------------- */
 
 /* Print every option with its value, default, unit and doc. */
-void strata_options_print(strata_output_fn *out, void *arg);
+STRATA_API void strata_options_print(strata_output_fn *out, void *arg);
 
 #ifdef __cplusplus
 }

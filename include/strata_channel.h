@@ -1,7 +1,10 @@
 /* strata_channel.h: what a process running under Strata shares with a tiering daemon.
  *
- * One region per process, in shared memory at /dev/shm/strata.<pid> (shm_open name
- * "/strata.<pid>"), fixed layout, versioned. Laid out as:
+ * One region per process in shared memory, fixed layout, versioned. The process creates it
+ * as /dev/shm/strata.<pid> and unlinks the name at once, so the region lives exactly as long
+ * as the process (no leftovers after _exit, a signal or exec); a daemon finds it as the
+ * /proc/<pid>/fd/N link that reads "/dev/shm/strata.<pid> (deleted)" and opens that path
+ * (root, or the same user). Laid out as:
  *
  *   strata_channel_header_t                       (offset 0)
  *   strata_context_t   contexts[context_capacity] (offset contexts_offset)

@@ -223,6 +223,8 @@ static inline size_t _strata_class_of(size_t size) {
   return 9 + (b - 7) * 4 + ((w >> (b - 2)) & 3);
 }
 size_t _strata_class_size(size_t cls);
+/* block index = (offset * magic) >> 40 == offset / size, exact for offsets below 2^18 */
+uint64_t _strata_class_magic(size_t cls);
 static inline size_t _strata_span_pages(size_t cls_size) {
   return cls_size > 16384 ? SPAN_PAGES_BIG : SPAN_PAGES; /* at least 4 blocks a span */
 }
@@ -274,6 +276,7 @@ void _strata_mixed_release_all(arena_t *a);      /* arena destroy */
 
 arena_t *_strata_shared(int idx);                /* 0 default, 1 + tier */
 int _strata_place_tier(strata_place_t place);    /* -1 unbound, else the tier (clamped) */
+void _strata_free(void *p, bool untag);          /* alloc.c: strata_free, optionally untagging */
 void *_strata_arena_alloc(arena_t *a, size_t size, size_t align, const void *near);
 void _strata_run_free(page_t *run, void *p);
 void _strata_large_free(large_t *l, void *p);
@@ -282,6 +285,7 @@ void _strata_large_free(large_t *l, void *p);
 
 void _strata_tag(void *p, uint32_t ctx, uint32_t record);
 void _strata_untag(void *p);                     /* on free: counts it, forgets its record */
+void _strata_untag_block(page_t *span, uint16_t *tags, const void *p); /* a span's block */
 void _strata_tags_release(page_t *span);         /* a span goes back to its segment */
 void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align); /* page aligned, whole pages */
 
@@ -293,10 +297,10 @@ uint32_t _strata_context_of(size_t size, void *ret, void *frame); /* 0 = none */
 strata_context_t *_strata_context(uint32_t idx);
 void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
 void _strata_context_free(uint32_t idx, size_t usable);
+void _strata_context_flush(void);                /* this thread's pending counts */
 uint32_t _strata_track(void *p, size_t len, uint32_t idx);
 void _strata_untrack(uint32_t first, const void *p);
 strata_channel_header_t *_strata_channel(void);
-void _strata_channel_remove(void);
 void _strata_channel_forget(void);
 void _strata_contexts_start(void);
 bool _strata_in_capture(void);

@@ -1,11 +1,12 @@
 /* abi_check.c: sizes and offsets of the public structs as the C compiler lays them out, so
  * a Rust test can check its mirror (strata-sys/src/lib.rs) field by field. */
 #include "strata.h"
+#include "strata_channel.h"
 
 #include <stddef.h>
 
 #define F(type, field) offsetof(type, field)
-size_t strata_abi_layout(size_t *out, size_t n) {
+__attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, size_t n) {
   size_t v[] = {
       sizeof(strata_place_t), F(strata_place_t, kind), F(strata_place_t, tier),
       F(strata_place_t, u),
@@ -18,6 +19,15 @@ size_t strata_abi_layout(size_t *out, size_t n) {
       sizeof(strata_topology_t), F(strata_topology_t, nodes), F(strata_topology_t, ntiers),
       F(strata_topology_t, tier_nodemask), F(strata_topology_t, tier_source),
       F(strata_topology_t, nodes_source),
+      sizeof(strata_channel_header_t), F(strata_channel_header_t, version),
+      F(strata_channel_header_t, pid), F(strata_channel_header_t, contexts_offset),
+      F(strata_channel_header_t, objects_high), F(strata_channel_header_t, objects_dropped),
+      sizeof(strata_context_t), F(strata_context_t, size_class), F(strata_context_t, directive),
+      F(strata_context_t, allocs), F(strata_context_t, bytes_allocated),
+      F(strata_context_t, nframes), F(strata_context_t, rule), F(strata_context_t, frames),
+      sizeof(strata_object_t), F(strata_object_t, len), F(strata_object_t, context),
+      F(strata_object_t, next),
+      STRATA_CHANNEL_VERSION, STRATA_CONTEXT_FRAMES, STRATA_DIRECTIVE_TIER0,
   };
   size_t k = sizeof v / sizeof v[0];
   for (size_t i = 0; i < k && i < n; i++) out[i] = v[i];

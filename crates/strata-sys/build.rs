@@ -34,6 +34,7 @@ fn main() {
         .include(&src)
         .flag("-std=gnu11")
         .define("_GNU_SOURCE", None)
+        .flag("-fvisibility=hidden")
         .flag("-pthread")
         .flag_if_supported("-Wno-unused-parameter")
         .opt_level(2);

@@ -68,7 +68,9 @@ void *strata_calloc(size_t n, size_t size, strata_place_t place) {
   return p;
 }
 
-void strata_free(void *p) {
+/* The one free path. With `untag` (transparent mode with contexts), the object's context
+ * tag is read, cleared and counted on the way, from the same metadata lookups. */
+void _strata_free(void *p, bool untag) {
   if (!p) return;
   segment_t *chunk = _strata_chunk_of(p);
   if (unlikely(!chunk)) {
@@ -76,15 +78,22 @@ void strata_free(void *p) {
     return;
   }
   if (unlikely(chunk->kind == SEG_LARGE)) {
+    if (untag) _strata_untag(p);
     _strata_large_free((large_t *)chunk, p);
     return;
   }
   page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
   if (likely(pg->cls)) { /* a span page: straight to this thread's cache */
+    if (untag) {
+      page_t *head = pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg;
+      uint16_t *tags = atomic_load_explicit(&head->u.span.tags, memory_order_acquire);
+      if (tags) _strata_untag_block(head, tags, p);
+    }
     if (likely(_strata_tcache_push(pg->shared, pg->cls, p))) return;
     _strata_span_free(pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg, p);
     return;
   }
+  if (untag) _strata_untag(p);
   if (pg->kind == PK_TAIL) pg = &chunk->pages[pg->head];
   switch (pg->kind) {
     case PK_MIXED: {
@@ -99,6 +108,8 @@ void strata_free(void *p) {
     default: STAT_ADD(free_invalid, 1); return;
   }
 }
+
+void strata_free(void *p) { _strata_free(p, false); }
 
 size_t strata_usable_size(const void *p) {
   if (!p) return 0;

@@ -25,6 +25,17 @@ size_t _strata_class_size(size_t cls) {
   return (4 + sub + 1) << (b - 2);
 }
 
+uint64_t _strata_class_magic(size_t cls) {
+  static uint64_t magic[NCLASSES];
+  uint64_t m = __atomic_load_n(&magic[cls], __ATOMIC_RELAXED);
+  if (unlikely(!m)) {
+    uint64_t size = _strata_class_size(cls);
+    m = (((uint64_t)1 << 40) + size - 1) / size;
+    __atomic_store_n(&magic[cls], m, __ATOMIC_RELAXED);
+  }
+  return m;
+}
+
 /* ---- central lists: spans with free blocks, per shared arena and class ------------------ */
 
 static void partial_push(central_t *c, page_t *s) {

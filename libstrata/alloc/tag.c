@@ -9,7 +9,8 @@
 #include <string.h>
 
 static size_t block_index(page_t *span, const void *p) {
-  return (size_t)((const char *)p - (const char *)_strata_page_addr(span)) / _strata_class_size(span->cls);
+  uint64_t off = (uint64_t)((const char *)p - (const char *)_strata_page_addr(span));
+  return (size_t)((off * _strata_class_magic(span->cls)) >> 40);
 }
 
 static page_t *head_of(segment_t *seg, const void *p) {
@@ -42,7 +43,9 @@ void _strata_tag(void *p, uint32_t ctx, uint32_t record) {
         tags = none;
       }
     }
-    __atomic_store_n(&tags[block_index(pg, p)], (uint16_t)ctx, __ATOMIC_RELAXED);
+    /* plain store: the block's tag is read and cleared by whoever frees it, which the
+     * program orders after this allocation */
+    tags[block_index(pg, p)] = (uint16_t)ctx;
   }
 }
 
@@ -67,13 +70,20 @@ void _strata_untag(void *p) {
       usable = pg->u.run.npages * PAGE_SIZE;
     } else if (pg->kind == PK_SPAN) {
       uint16_t *tags = atomic_load_explicit(&pg->u.span.tags, memory_order_acquire);
-      if (!tags) return;
-      ctx = __atomic_exchange_n(&tags[block_index(pg, p)], 0, __ATOMIC_RELAXED);
-      usable = _strata_class_size(pg->cls);
+      if (tags) _strata_untag_block(pg, tags, p);
+      return;
     }
   }
   if (ctx) _strata_context_free(ctx, usable);
   if (record) _strata_untrack(record, p);
+}
+
+void _strata_untag_block(page_t *span, uint16_t *tags, const void *p) {
+  size_t b = block_index(span, p);
+  uint32_t ctx = tags[b];
+  if (!ctx) return;
+  tags[b] = 0;
+  _strata_context_free(ctx, _strata_class_size(span->cls));
 }
 
 void _strata_tags_release(page_t *span) {

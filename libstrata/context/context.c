@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -29,7 +30,7 @@ static strata_channel_header_t *_Atomic channel;
 pthread_mutex_t _strata_channel_lock = PTHREAD_MUTEX_INITIALIZER;
 #define channel_lock _strata_channel_lock
 static size_t channel_size;
-static int64_t channel_pid;
+static int channel_fd = -1; /* kept open: the region's only handle once its name is gone */
 static uint32_t object_free_head; /* free list of objects[] slots, via next; channel_lock */
 
 static __thread bool in_capture __attribute__((tls_model("initial-exec")));
@@ -40,6 +41,9 @@ static __thread bool stack_known __attribute__((tls_model("initial-exec")));
 #define MAX_TEXT 256
 static uintptr_t text_lo[MAX_TEXT], text_hi[MAX_TEXT];
 static int ntext;
+static uintptr_t main_stack_hi; /* end of the [stack] mapping */
+static int capture_depth = STRATA_CONTEXT_FRAMES;
+static bool capture_dwarf;
 
 /* ---- the channel region -------------------------------------------------------------------- */
 
@@ -65,10 +69,13 @@ static strata_channel_header_t *channel_create(void) {
   void *m = MAP_FAILED;
   int fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd >= 0) {
+    /* unlinked at once: the region lives exactly as long as this process, whatever way it
+     * ends (_exit, a signal, exec), and a daemon opens it through /proc/<pid>/fd */
+    unlink(name);
     if (ftruncate(fd, (off_t)size) == 0)
       m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) unlink(name);
+    if (m == MAP_FAILED) close(fd);
+    else channel_fd = fd;
   }
   if (m == MAP_FAILED) {
     _strata_message("strata: cannot share contexts in %s (errno %d); keeping them private\n", name, errno);
@@ -88,7 +95,6 @@ static strata_channel_header_t *channel_create(void) {
   h->objects_offset = obj_off;
   h->objects_high = 1; /* slot 0 means "no record" */
   channel_size = size;
-  channel_pid = pid;
   object_free_head = 0;
   return h;
 }
@@ -106,20 +112,14 @@ strata_channel_header_t *_strata_channel(void) {
   return h;
 }
 
-/* At exit: the region's name goes away (a daemon that has it mapped keeps its view). */
-void _strata_channel_remove(void) {
-  if (channel_pid != (int64_t)getpid()) return;
-  char name[64];
-  _strata_channel_name(name, sizeof name, (long)channel_pid);
-  unlink(name);
-}
-
 /* In a forked child: the parent's region is not ours; start a new one on first use. The
  * child's inherited objects keep tags into the old table; frees check before counting. */
 void _strata_channel_forget(void) {
   strata_channel_header_t *h = atomic_load(&channel);
   atomic_store(&channel, NULL);
   if (h) munmap(h, channel_size);
+  if (channel_fd >= 0) close(channel_fd);
+  channel_fd = -1;
 }
 
 /* ---- capture ----------------------------------------------------------------------------- */
@@ -140,10 +140,13 @@ static void read_text_ranges(void) {
       ll = 0;
       unsigned long lo, hi;
       char perm[8];
-      if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) == 3 && perm[2] == 'x' && ntext < MAX_TEXT) {
+      if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3) continue;
+      if (perm[2] == 'x' && ntext < MAX_TEXT) {
         text_lo[ntext] = lo;
         text_hi[ntext++] = hi;
       }
+      size_t len = strlen(line);
+      if (len >= 7 && !strcmp(line + len - 7, "[stack]")) main_stack_hi = hi;
     }
   }
   close(fd);
@@ -155,15 +158,16 @@ static bool is_text(uintptr_t a) {
   return false;
 }
 
+/* The top of this thread's stack, without locks or allocation (this runs inside malloc,
+ * possibly under a libc lock: pthread_getattr_np would deadlock when the program is itself
+ * inside pthread_getattr_np, as Rust's runtime is at start). The main thread's comes from
+ * the [stack] line of /proc/self/maps; glibc puts every other thread's descriptor at the
+ * top of its stack mapping, so pthread_self() bounds its frames. 0 = unknown: no walk. */
 static void learn_stack(void) {
   stack_known = true;
-  pthread_attr_t attr;
-  void *addr;
-  size_t size;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) { /* may malloc: guard is set */
-    if (pthread_attr_getstack(&attr, &addr, &size) == 0) stack_hi = (uintptr_t)addr + size;
-    pthread_attr_destroy(&attr);
-  }
+  uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+  uintptr_t hi = syscall(SYS_gettid) == getpid() ? main_stack_hi : (uintptr_t)pthread_self();
+  stack_hi = hi > here ? hi : 0;
 }
 
 /* Callers' frames lie between our own frame and the top of the stack, and all of that is
@@ -214,11 +218,8 @@ uint32_t _strata_context_of(size_t size, void *ret, void *frame) {
   if (in_capture) return 0;
   in_capture = true;
   uint64_t f[STRATA_CONTEXT_FRAMES];
-  int depth = (int)_strata_option(OPT_CONTEXT_DEPTH);
-  if (depth < 1) depth = 1;
-  if (depth > STRATA_CONTEXT_FRAMES) depth = STRATA_CONTEXT_FRAMES;
-  int n;
-  if (_strata_option(OPT_UNWIND) == UNWIND_DWARF) {
+  int depth = capture_depth, n;
+  if (capture_dwarf) {
     unwind_state_t s = {f, 0, depth, 2}; /* skip this function and the interposer */
     _Unwind_Backtrace(unwind_cb, &s);
     n = s.n;
@@ -267,21 +268,69 @@ strata_context_t *_strata_context(uint32_t idx) {
 
 #define CTR(c, f) ((_Atomic uint64_t *)&(c)->f)
 
+/* Counters: shared atomics on every malloc and free cost more than the allocation itself, so
+ * each thread keeps pending deltas for the contexts it touches (a small direct-mapped cache)
+ * and adds them to the shared counters every PENDING_MAX events, when a slot is reused, and
+ * at thread exit. A reader of the channel sees counts at most that far behind. */
+#define PENDING_SLOTS 64
+#define PENDING_MAX 256
+typedef struct pending_s {
+  uint32_t idx, events;
+  int64_t allocs, frees, live_bytes, bytes_allocated;
+} pending_t;
+static __thread pending_t pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
+static pthread_key_t pending_key;
+static pthread_once_t pending_once = PTHREAD_ONCE_INIT;
+static __thread bool pending_registered __attribute__((tls_model("initial-exec")));
+
+static void pending_flush(pending_t *q) {
+  strata_context_t *c = _strata_context(q->idx);
+  if (c && q->events) {
+    atomic_fetch_add_explicit(CTR(c, allocs), (uint64_t)q->allocs, memory_order_relaxed);
+    atomic_fetch_add_explicit(CTR(c, frees), (uint64_t)q->frees, memory_order_relaxed);
+    atomic_fetch_add_explicit(CTR(c, live_objects), (uint64_t)(q->allocs - q->frees), memory_order_relaxed);
+    atomic_fetch_add_explicit(CTR(c, live_bytes), (uint64_t)q->live_bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(CTR(c, bytes_allocated), (uint64_t)q->bytes_allocated, memory_order_relaxed);
+  }
+  memset(q, 0, sizeof *q);
+}
+
+void _strata_context_flush(void) {
+  for (int i = 0; i < PENDING_SLOTS; i++)
+    if (pending[i].events) pending_flush(&pending[i]);
+}
+
+static void pending_exit(void *arg) { _strata_context_flush(); }
+static void pending_key_init(void) { pthread_key_create(&pending_key, pending_exit); }
+
+static pending_t *pending_for(uint32_t idx) {
+  if (unlikely(!pending_registered)) {
+    pending_registered = true;
+    pthread_once(&pending_once, pending_key_init);
+    pthread_setspecific(pending_key, (void *)1); /* any non-NULL value: run pending_exit */
+  }
+  pending_t *q = &pending[idx % PENDING_SLOTS];
+  if (q->idx != idx) {
+    pending_flush(q);
+    q->idx = idx;
+  }
+  return q;
+}
+
 void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable) {
-  strata_context_t *c = _strata_context(idx);
-  if (!c) return;
-  atomic_fetch_add_explicit(CTR(c, allocs), 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(CTR(c, live_objects), 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(CTR(c, live_bytes), usable, memory_order_relaxed);
-  atomic_fetch_add_explicit(CTR(c, bytes_allocated), requested, memory_order_relaxed);
+  pending_t *q = pending_for(idx);
+  q->allocs++;
+  q->live_bytes += (int64_t)usable;
+  q->bytes_allocated += (int64_t)requested;
+  if (++q->events >= PENDING_MAX) pending_flush(q);
 }
 
 void _strata_context_free(uint32_t idx, size_t usable) {
-  strata_context_t *c = _strata_context(idx);
-  if (!c || !atomic_load_explicit(CTR(c, live_objects), memory_order_relaxed)) return;
-  atomic_fetch_add_explicit(CTR(c, frees), 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(CTR(c, live_objects), 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(CTR(c, live_bytes), usable, memory_order_relaxed);
+  if (!_strata_context(idx)) return; /* a stale tag from before a fork */
+  pending_t *q = pending_for(idx);
+  q->frees++;
+  q->live_bytes -= (int64_t)usable;
+  if (++q->events >= PENDING_MAX) pending_flush(q);
 }
 
 /* ---- tracked objects ------------------------------------------------------------------------ */
@@ -330,6 +379,9 @@ void _strata_untrack(uint32_t first, const void *p) {
 }
 
 void _strata_contexts_start(void) {
+  int64_t d = _strata_option(OPT_CONTEXT_DEPTH);
+  capture_depth = d < 1 ? 1 : d > STRATA_CONTEXT_FRAMES ? STRATA_CONTEXT_FRAMES : (int)d;
+  capture_dwarf = _strata_option(OPT_UNWIND) == UNWIND_DWARF;
   read_text_ranges();
   atomic_store(&_strata_contexts_on, true);
 }

@@ -51,7 +51,8 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
     return NULL;
   }
   if (idx) {
-    size_t usable = strata_usable_size(p);
+    size_t usable = !track && size <= SMALL_MAX && align <= GRANULE
+                        ? _strata_class_size(_strata_class_of(size)) : strata_usable_size(p);
     _strata_tag(p, idx, track ? _strata_track(p, usable, idx) : 0);
     _strata_context_alloc(idx, size, usable);
   }
@@ -59,9 +60,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
 }
 
 HOT_PATH void pl_free(void *p) {
-  if (!p) return;
-  if (atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed)) _strata_untag(p);
-  strata_free(p);
+  _strata_free(p, atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed));
 }
 
 HOT_PATH void *pl_realloc(void *p, size_t size, void *ret, void *frame) {
@@ -224,8 +223,8 @@ EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const nothro
 /* ---- start and exit ---------------------------------------------------------------------- */
 
 static void at_exit(void) {
+  _strata_context_flush();
   _strata_report_write();
-  _strata_channel_remove();
 }
 
 __attribute__((constructor(101))) static void preload_start(void) {

@@ -1,9 +1,11 @@
 /* two_sites.c: two call sites allocate alike; a rules file sends one of them to the slow
  * tier. Run under LD_PRELOAD with STRATA_RULES (tests/preload/two_sites.rules). Checks, through
- * the preloaded library, that each site's objects are in the arena its directive names.
- * Built with -rdynamic so dladdr can name alloc_fast_site and alloc_slow_site. */
+ * the preloaded library, that each site's objects are in the arena its directive names; with
+ * --check-nodes (in the two-tier guest) also that their pages are on the slow and the fast
+ * node, as /proc/self/numa_maps shows. Built with -rdynamic so dladdr can name the sites. */
 #include "strata.h"
 #include "../../libstrata/tests/check.h"
+#include "../vm/numa_maps.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -34,6 +36,17 @@ int main(int argc, char **argv) {
   }
   CHECK(slow_ok == 100);
   CHECK(fast_ok == 100);
+  if (argc > 2 && !strcmp(argv[2], "--check-nodes")) {
+    int slow_node = __builtin_ctzll(topo()->tier_nodemask[last]), on_slow = 0, on_fast = 0;
+    for (int i = 0; i < 100; i++) {
+      vma_info_t v;
+      if (vma_of(slow[i], &v) == 0 && v.pages[slow_node] > 0 && v.pages[0] == 0) on_slow++;
+      if (vma_of(fast[i], &v) == 0 && v.pages[0] > 0 && v.pages[slow_node] == 0) on_fast++;
+    }
+    printf("slow site: %d/100 objects on node %d; fast site: %d/100 on node 0\n", on_slow, slow_node, on_fast);
+    CHECK(on_slow == 100);
+    CHECK(on_fast == 100);
+  }
   /* small objects (< STRATA_FAST_BELOW) always go to the fast tier, from either site */
   void *tiny = alloc_slow_site(24);
   CHECK(arena_tier(arena_of(tiny)) == 0);

@@ -82,14 +82,12 @@ fn locality_bench_next_to_touches_far_fewer_pages() {
 
 #[test]
 fn alloc_bench_reports_every_allocator_and_benchmark() {
-    let v = json(&[
-        "bench", "alloc", "--ops", "20000", "--rounds", "1", "--json", "-q",
-    ]);
+    let v = json(&["bench", "alloc", "--ops", "20000", "--rounds", "1", "--allocators", "strata,strata-preload", "--json", "-q"]);
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 8);
+    assert_eq!(rows.len(), 12, "4 benchmarks x glibc, strata, strata-preload");
     for r in rows {
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(["glibc", "strata"].contains(&r["allocator"].as_str().unwrap()));
+        assert!(["glibc", "strata", "strata-preload"].contains(&r["allocator"].as_str().unwrap()));
     }
 }
 
@@ -146,4 +144,121 @@ fn closed_pipe_exits_quietly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn repo(p: &str) -> String {
+    format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn run_returns_the_exit_status_and_preloads_strata() {
+    let (code, _, _) = strata(&["run", "--lib", &repo("build/libstrata.so"), "--", "sh", "-c", "exit 42"]);
+    assert_eq!(code, 42);
+    // STRATA_VERBOSE makes the preloaded library print its options: proof it was loaded
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["run", "--lib", &repo("build/libstrata.so"), "--", "true"])
+        .env("STRATA_VERBOSE", "1")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("STRATA_CONTEXTS"));
+}
+
+#[test]
+fn run_with_rules_and_report() {
+    let bin = repo("build/preload/two_sites");
+    assert!(std::path::Path::new(&bin).exists(), "run `make c-test` first (builds {bin})");
+    let (code, out, err) = strata(&[
+        "run", "--lib", &repo("build/libstrata.so"), "--rules", &repo("tests/preload/two_sites.rules"),
+        "--report", "--json", "--", &bin, "--with-rules",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("two_sites: 4 passed, 0 failed\n"), "{out}"); // the program's own output
+    let v: Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1);
+    let ctxs = procs[0]["contexts"].as_array().unwrap();
+    let named = |c: &Value, f: &str| c["stack"].as_array().unwrap().iter().any(|s| s["symbol"].as_str().is_some_and(|x| x.starts_with(f)));
+    let slow: Vec<&Value> = ctxs.iter().filter(|c| named(c, "alloc_slow_site") && c["class_bytes"].as_u64() > Some(4096)).collect();
+    let fast: Vec<&Value> = ctxs.iter().filter(|c| named(c, "alloc_fast_site") && c["class_bytes"].as_u64() > Some(4096)).collect();
+    assert!(!slow.is_empty() && !fast.is_empty(), "both call sites appear as contexts");
+    for c in &slow {
+        assert_eq!(c["directive"], "slow");
+        assert_eq!(c["rule"], 1);
+    }
+    for c in &fast {
+        assert_eq!(c["directive"], "default");
+    }
+    let allocs: u64 = slow.iter().map(|c| c["allocs"].as_u64().unwrap()).sum();
+    let frees: u64 = slow.iter().map(|c| c["frees"].as_u64().unwrap()).sum();
+    assert_eq!((allocs, frees), (100, 100), "every allocation and free counted");
+    // the human report names the call sites
+    let (code, out, _) = strata(&[
+        "run", "--lib", &repo("build/libstrata.so"), "--rules", &repo("tests/preload/two_sites.rules"), "--report", "--", &bin, "--with-rules",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("alloc_slow_site") && out.contains("top contexts by bytes allocated"), "{out}");
+}
+
+#[test]
+fn run_refuses_bad_rules_and_a_missing_library() {
+    let dir = std::env::temp_dir().join(format!("strata-run-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.rules");
+    std::fs::write(&bad, "slow func=a\nfaster func=b\n").unwrap();
+    let (code, _, err) = strata(&["run", "--lib", &repo("build/libstrata.so"), "--rules", bad.to_str().unwrap(), "--", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line 2") && err.contains("faster"), "{err}");
+    let (code, _, err) = strata(&["run", "--lib", "/nonexistent/libstrata.so", "--", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("libstrata.so not found"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_running_process_shares_its_contexts_in_the_channel() {
+    use std::io::{Read, Seek, SeekFrom};
+    use strata_sys::{strata_channel_header_t, strata_context_t, STRATA_CHANNEL_MAGIC, STRATA_CHANNEL_VERSION};
+    // a preloaded shell that allocates, then waits for us to look
+    let mut child = Command::new("sh")
+        .args(["-c", "x=$(seq 1 2000); sleep 3"])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .spawn()
+        .unwrap();
+    // as a daemon would: the fd whose link names the (deleted) region
+    let want = format!("/dev/shm/strata.{} (deleted)", child.id());
+    let mut f = None;
+    for _ in 0..100 {
+        for e in std::fs::read_dir(format!("/proc/{}/fd", child.id())).into_iter().flatten().flatten() {
+            if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == want) {
+                f = std::fs::File::open(e.path()).ok();
+            }
+        }
+        if f.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut f = f.unwrap_or_else(|| panic!("no fd of the child links to {want}"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut raw = vec![0u8; std::mem::size_of::<strata_channel_header_t>()];
+    f.read_exact(&mut raw).unwrap();
+    let h: strata_channel_header_t = unsafe { std::ptr::read_unaligned(raw.as_ptr() as *const _) };
+    assert_eq!(h.magic, STRATA_CHANNEL_MAGIC);
+    assert_eq!(h.version, STRATA_CHANNEL_VERSION);
+    assert_eq!(h.pid, child.id() as i64);
+    assert_eq!(h.context_bytes as usize, std::mem::size_of::<strata_context_t>());
+    assert!(h.contexts_used > 0, "the shell's allocations made contexts");
+    // find the used contexts: ids non-zero, counters sane
+    f.seek(SeekFrom::Start(h.contexts_offset)).unwrap();
+    let mut table = vec![0u8; (h.context_capacity * h.context_bytes) as usize];
+    f.read_exact(&mut table).unwrap();
+    let ctxs: Vec<strata_context_t> = table
+        .chunks_exact(h.context_bytes as usize)
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const strata_context_t) })
+        .filter(|c| c.id != 0)
+        .collect();
+    assert_eq!(ctxs.len() as u64, h.contexts_used);
+    assert!(ctxs.iter().all(|c| c.nframes >= 1 && c.frames[0] != 0));
+    child.wait().unwrap();
+    assert!(!std::path::Path::new(&format!("/dev/shm/strata.{}", h.pid)).exists(), "no name is left behind");
 }

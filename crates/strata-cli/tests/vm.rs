@@ -102,3 +102,22 @@ fn guest_command_exit_status_and_boot_failure_are_reported() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("did not boot") || err.contains("timed out") || err.contains("cannot boot"), "{err}");
 }
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_transparent_mode_rules_send_a_context_to_the_slow_node() {
+    if guest_available().is_none() {
+        return;
+    }
+    let root = std::fs::canonicalize(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")).unwrap();
+    let (lib, rules, bin) = (root.join("build/libstrata.so"), root.join("tests/preload/two_sites.rules"), root.join("build/preload/two_sites"));
+    for p in [&lib, &rules, &bin] {
+        assert!(p.exists(), "{} is missing: run `make c-test` first", p.display());
+    }
+    let (l, r, b) = (lib.to_str().unwrap(), rules.to_str().unwrap(), bin.to_str().unwrap());
+    let script = format!("LD_PRELOAD={l} STRATA_RULES={r} {b} --with-rules --check-nodes");
+    let (code, out) = run_in_guest(&["--file", l, "--file", r, "--file", b, "--", "sh", "-c", &script]);
+    assert!(out.contains("two_sites:") && out.contains(" 0 failed"), "{out}");
+    assert!(out.contains("100/100 objects on node 1"), "{out}");
+    assert_eq!(code, 0);
+}

@@ -85,6 +85,60 @@ pub struct strata_topology_t {
     pub nodes_source: [c_char; 64],
 }
 
+// ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
+
+pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
+pub const STRATA_CHANNEL_VERSION: u32 = 1;
+pub const STRATA_CONTEXT_FRAMES: usize = 16;
+pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
+pub const STRATA_DIRECTIVE_FAST: i32 = 1;
+pub const STRATA_DIRECTIVE_SLOW: i32 = 2;
+pub const STRATA_DIRECTIVE_TIER0: i32 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct strata_channel_header_t {
+    pub magic: u64,
+    pub version: u32,
+    pub header_bytes: u32,
+    pub pid: i64,
+    pub context_capacity: u64,
+    pub context_bytes: u64,
+    pub contexts_offset: u64,
+    pub object_capacity: u64,
+    pub object_bytes: u64,
+    pub objects_offset: u64,
+    pub objects_high: u64,
+    pub contexts_used: u64,
+    pub contexts_dropped: u64,
+    pub objects_dropped: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct strata_context_t {
+    pub id: u64,
+    pub size_class: u32,
+    pub directive: i32,
+    pub allocs: u64,
+    pub frees: u64,
+    pub live_objects: u64,
+    pub live_bytes: u64,
+    pub bytes_allocated: u64,
+    pub nframes: u32,
+    pub rule: u32,
+    pub frames: [u64; STRATA_CONTEXT_FRAMES],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct strata_object_t {
+    pub addr: u64,
+    pub len: u64,
+    pub context: u32,
+    pub next: u32,
+}
+
 pub type strata_output_fn = unsafe extern "C" fn(text: *const c_char, arg: *mut c_void);
 
 extern "C" {
@@ -143,8 +197,29 @@ mod tests {
             offset_of!(strata_topology_t, tier_nodemask),
             offset_of!(strata_topology_t, tier_source),
             offset_of!(strata_topology_t, nodes_source),
+            size_of::<strata_channel_header_t>(),
+            offset_of!(strata_channel_header_t, version),
+            offset_of!(strata_channel_header_t, pid),
+            offset_of!(strata_channel_header_t, contexts_offset),
+            offset_of!(strata_channel_header_t, objects_high),
+            offset_of!(strata_channel_header_t, objects_dropped),
+            size_of::<strata_context_t>(),
+            offset_of!(strata_context_t, size_class),
+            offset_of!(strata_context_t, directive),
+            offset_of!(strata_context_t, allocs),
+            offset_of!(strata_context_t, bytes_allocated),
+            offset_of!(strata_context_t, nframes),
+            offset_of!(strata_context_t, rule),
+            offset_of!(strata_context_t, frames),
+            size_of::<strata_object_t>(),
+            offset_of!(strata_object_t, len),
+            offset_of!(strata_object_t, context),
+            offset_of!(strata_object_t, next),
+            STRATA_CHANNEL_VERSION as usize,
+            STRATA_CONTEXT_FRAMES,
+            STRATA_DIRECTIVE_TIER0 as usize,
         ];
-        let mut c = [0usize; 32];
+        let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };
         assert_eq!(
             n,
