@@ -1,0 +1,313 @@
+//! strata-kv: the key-value store of M2T's case study (section III.C).
+//!
+//! A hash table with a fixed array of bucket heads and a chain of nodes per bucket; each node
+//! points to its key and value bytes. Keys and values of any size; lookup, insert, update,
+//! delete; one lock per bucket, so threads working on different buckets never wait for each
+//! other. Two variants, chosen at run time, with the same code otherwise:
+//!
+//! - `std`: nodes, keys and values from the standard allocator (glibc malloc), M2T's baseline:
+//!   a bucket's nodes are scattered over the heap by everything allocated in between.
+//! - `nextto`: every bucket has its own Strata arena; a new node is allocated next to the
+//!   bucket's previous head, its key next to the node and its value next to the key, so a
+//!   bucket's chain, keys and values share pages (M2T's NextTo hash table).
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use strata_sys as sys;
+
+/// Which allocator places the nodes, keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Variant {
+    Std,
+    NextTo,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::Std, Variant::NextTo];
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Std => "std",
+            Variant::NextTo => "nextto",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.name() == s)
+    }
+}
+
+#[repr(C)]
+struct Node {
+    next: *mut Node,
+    hash: u64,
+    key: *mut u8,
+    val: *mut u8,
+    key_len: usize,
+    val_len: usize,
+    val_cap: usize,
+}
+
+struct Chain {
+    head: *mut Node,
+    arena: *mut sys::strata_arena_t, // nextto only, made on first insert
+}
+
+// The raw pointers are only touched under the bucket's lock.
+unsafe impl Send for Chain {}
+
+/// The store.
+pub struct Store {
+    variant: Variant,
+    buckets: Box<[Mutex<Chain>]>,
+    len: AtomicUsize,
+}
+
+fn hash(key: &[u8]) -> u64 {
+    // FNV-1a then a final mix: cheap, and good enough to spread YCSB's keys
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in key {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51afd7ed558ccd);
+    h ^ (h >> 33)
+}
+
+impl Store {
+    /// A store with `buckets` chains (rounded up to a power of two).
+    pub fn new(variant: Variant, buckets: usize) -> Store {
+        let n = buckets.max(1).next_power_of_two();
+        let buckets = (0..n).map(|_| Mutex::new(Chain { head: ptr::null_mut(), arena: ptr::null_mut() })).collect();
+        Store { variant, buckets, len: AtomicUsize::new(0) }
+    }
+
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Entries stored.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    fn bucket(&self, h: u64) -> &Mutex<Chain> {
+        &self.buckets[(h as usize) & (self.buckets.len() - 1)]
+    }
+
+    /// `size` bytes placed as the variant says; `near` is the object to be next to (nextto).
+    unsafe fn alloc(&self, chain: &mut Chain, size: usize, near: *const c_void) -> *mut u8 {
+        let p = match self.variant {
+            Variant::Std => libc::malloc(size.max(1)),
+            Variant::NextTo => {
+                if chain.arena.is_null() {
+                    chain.arena = sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT));
+                    assert!(!chain.arena.is_null(), "strata_arena_new failed");
+                }
+                let mut place;
+                if near.is_null() {
+                    place = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
+                    place.u.arena = chain.arena;
+                } else {
+                    place = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
+                    place.u.ptr = near;
+                }
+                sys::strata_malloc(size, place)
+            }
+        };
+        assert!(!p.is_null(), "out of memory");
+        p as *mut u8
+    }
+
+    unsafe fn free(&self, p: *mut u8) {
+        match self.variant {
+            Variant::Std => libc::free(p as *mut c_void),
+            Variant::NextTo => sys::strata_free(p as *mut c_void),
+        }
+    }
+
+    unsafe fn find(chain: &Chain, h: u64, key: &[u8]) -> (*mut Node, *mut Node) {
+        let (mut prev, mut n) = (ptr::null_mut::<Node>(), chain.head);
+        while !n.is_null() {
+            let node = &*n;
+            if node.hash == h && node.key_len == key.len() && std::slice::from_raw_parts(node.key, node.key_len) == key {
+                return (prev, n);
+            }
+            prev = n;
+            n = node.next;
+        }
+        (prev, ptr::null_mut())
+    }
+
+    /// Look `key` up and hand its value to `f`, under the bucket's lock.
+    pub fn get<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let h = hash(key);
+        let chain = self.bucket(h).lock().unwrap();
+        unsafe {
+            let (_, n) = Self::find(&chain, h, key);
+            (!n.is_null()).then(|| f(std::slice::from_raw_parts((*n).val, (*n).val_len)))
+        }
+    }
+
+    /// Whether `key` is stored.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.get(key, |_| ()).is_some()
+    }
+
+    /// Store `val` under `key`; true when the key is new.
+    pub fn set(&self, key: &[u8], val: &[u8]) -> bool {
+        self.update(key, |_| Some(val.to_vec())).0
+    }
+
+    /// Read-modify-write under the bucket's lock: `f` gets the current value (if any) and
+    /// returns the new one, or None to leave the entry as it is. Returns (inserted, updated).
+    pub fn update(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Vec<u8>>) -> (bool, bool) {
+        let h = hash(key);
+        let mut chain = self.bucket(h).lock().unwrap();
+        unsafe {
+            let (_, n) = Self::find(&chain, h, key);
+            if !n.is_null() {
+                let node = &mut *n;
+                let Some(new) = f(Some(std::slice::from_raw_parts(node.val, node.val_len))) else { return (false, false) };
+                if new.len() <= node.val_cap {
+                    ptr::copy_nonoverlapping(new.as_ptr(), node.val, new.len()); // in place
+                } else {
+                    let v = self.alloc(&mut chain, new.len(), n as *const c_void);
+                    ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
+                    self.free(node.val);
+                    node.val = v;
+                    node.val_cap = new.len();
+                }
+                node.val_len = new.len();
+                return (false, true);
+            }
+            let Some(new) = f(None) else { return (false, false) };
+            let head = chain.head;
+            let node = self.alloc(&mut chain, std::mem::size_of::<Node>(), head as *const c_void) as *mut Node;
+            let k = self.alloc(&mut chain, key.len(), node as *const c_void);
+            let v = self.alloc(&mut chain, new.len(), k as *const c_void);
+            ptr::copy_nonoverlapping(key.as_ptr(), k, key.len());
+            ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
+            node.write(Node { next: head, hash: h, key: k, val: v, key_len: key.len(), val_len: new.len(), val_cap: new.len() });
+            chain.head = node;
+        }
+        self.len.fetch_add(1, Ordering::Relaxed);
+        (true, false)
+    }
+
+    /// Remove `key`; true when it was there.
+    pub fn delete(&self, key: &[u8]) -> bool {
+        let h = hash(key);
+        let mut chain = self.bucket(h).lock().unwrap();
+        unsafe {
+            let (prev, n) = Self::find(&chain, h, key);
+            if n.is_null() {
+                return false;
+            }
+            if prev.is_null() {
+                chain.head = (*n).next;
+            } else {
+                (*prev).next = (*n).next;
+            }
+            self.free((*n).key);
+            self.free((*n).val);
+            self.free(n as *mut u8);
+        }
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Every key, in no particular order (for tests and small stores).
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for b in self.buckets.iter() {
+            let chain = b.lock().unwrap();
+            let mut n = chain.head;
+            while !n.is_null() {
+                unsafe {
+                    out.push(std::slice::from_raw_parts((*n).key, (*n).key_len).to_vec());
+                    n = (*n).next;
+                }
+            }
+        }
+        out
+    }
+
+    /// Remove everything (and, for nextto, give every bucket's pages back).
+    pub fn clear(&self) {
+        for b in self.buckets.iter() {
+            let mut chain = b.lock().unwrap();
+            self.clear_chain(&mut chain);
+        }
+    }
+
+    fn clear_chain(&self, chain: &mut Chain) {
+        unsafe {
+            if self.variant == Variant::NextTo {
+                if !chain.arena.is_null() {
+                    let mut n = chain.head;
+                    while !n.is_null() {
+                        n = (*n).next;
+                        self.len.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    sys::strata_arena_destroy(chain.arena); // frees every node, key and value
+                }
+                chain.arena = ptr::null_mut();
+            } else {
+                let mut n = chain.head;
+                while !n.is_null() {
+                    let next = (*n).next;
+                    self.free((*n).key);
+                    self.free((*n).val);
+                    self.free(n as *mut u8);
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    n = next;
+                }
+            }
+            chain.head = ptr::null_mut();
+        }
+    }
+
+    /// Mean distinct 4 KiB pages holding one bucket's nodes, keys and values (non-empty
+    /// buckets): the locality NextTo is for.
+    pub fn pages_per_bucket(&self) -> f64 {
+        let (mut pages, mut used) = (0usize, 0usize);
+        for b in self.buckets.iter() {
+            let chain = b.lock().unwrap();
+            let mut set = Vec::new();
+            let mut n = chain.head;
+            while !n.is_null() {
+                unsafe {
+                    set.extend([n as usize >> 12, (*n).key as usize >> 12, (*n).val as usize >> 12]);
+                    n = (*n).next;
+                }
+            }
+            if !set.is_empty() {
+                set.sort_unstable();
+                set.dedup();
+                pages += set.len();
+                used += 1;
+            }
+        }
+        if used == 0 {
+            0.0
+        } else {
+            pages as f64 / used as f64
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}

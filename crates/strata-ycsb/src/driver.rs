@@ -1,0 +1,225 @@
+//! Drivers: run a workload's load and transaction phases against a database, from many
+//! threads, timing every operation into HDR histograms. `Db` is what a driver needs of a
+//! database; the in-process engine implements it here (the network client will too).
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use strata_kv::Store;
+
+use crate::workload::{fill_field, key_name, KeySequence, Op, OpStream, Workload};
+
+/// What a driver needs of a database. Values are `fieldcount` fields of `fieldlength` bytes,
+/// stored as one record.
+pub trait Db: Sync {
+    /// Read the whole record into `out`; false when the key is missing.
+    fn read(&self, key: &[u8], out: &mut Vec<u8>) -> bool;
+    /// Overwrite one field; false when the key is missing.
+    fn update_field(&self, key: &[u8], offset: usize, data: &[u8]) -> bool;
+    /// Insert a new record.
+    fn insert(&self, key: &[u8], record: &[u8]);
+}
+
+impl Db for Store {
+    fn read(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        self.get(key, |v| {
+            out.clear();
+            out.extend_from_slice(v);
+        })
+        .is_some()
+    }
+    fn update_field(&self, key: &[u8], offset: usize, data: &[u8]) -> bool {
+        self.update(key, |old| {
+            old.map(|o| {
+                let mut v = o.to_vec();
+                if offset + data.len() <= v.len() {
+                    v[offset..offset + data.len()].copy_from_slice(data);
+                }
+                v
+            })
+        })
+        .1
+    }
+    fn insert(&self, key: &[u8], record: &[u8]) {
+        self.set(key, record);
+    }
+}
+
+/// Latency summary of one operation type, in microseconds.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
+
+/// The result of a phase.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PhaseResult {
+    pub operations: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    /// reads of keys that should exist but did not, and similar: must be 0
+    pub errors: u64,
+    pub latency: BTreeMap<&'static str, Latency>,
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
+}
+
+fn summarize(ops: u64, secs: f64, errors: u64, hists: BTreeMap<Op, Histogram<u64>>) -> PhaseResult {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let latency = hists
+        .into_iter()
+        .filter(|(_, h)| h.len() > 0)
+        .map(|(op, h)| {
+            (
+                op.name(),
+                Latency {
+                    count: h.len(),
+                    mean_us: h.mean() / 1000.0,
+                    p50_us: us(h.value_at_quantile(0.5)),
+                    p99_us: us(h.value_at_quantile(0.99)),
+                    p999_us: us(h.value_at_quantile(0.999)),
+                    max_us: us(h.max()),
+                },
+            )
+        })
+        .collect();
+    PhaseResult { operations: ops, seconds: secs, ops_per_sec: ops as f64 / secs, errors, latency }
+}
+
+/// Progress lines every second on stderr (never on stdout, where the data goes).
+fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64, quiet: bool) {
+    let start = Instant::now();
+    let mut last = 0;
+    while stop.load(Ordering::Relaxed) == 0 {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = start.elapsed().as_secs();
+        if t > last && !quiet {
+            last = t;
+            let d = done.load(Ordering::Relaxed);
+            eprintln!("[ycsb] {what}: {:.0} % ({d} of {total}), {:.0} ops/s", 100.0 * d as f64 / total.max(1) as f64, d as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// Insert records 0..recordcount (split across threads).
+pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseResult {
+    let threads = threads.max(1) as u64;
+    let done = AtomicU64::new(0);
+    let stop = AtomicU64::new(0);
+    let start = Instant::now();
+    let mut hists = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| progress_loop("load", &done, wl.recordcount, &stop, quiet));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let done = &done;
+                s.spawn(move || {
+                    let mut h = new_hist();
+                    let mut rec = vec![0u8; wl.record_bytes()];
+                    // record i goes to thread i % threads: keys interleave like YCSB's load
+                    let mut i = t;
+                    while i < wl.recordcount {
+                        for f in 0..wl.fieldcount {
+                            fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], i, f, 0);
+                        }
+                        let key = key_name(i, wl.insertorder_hashed);
+                        let t0 = Instant::now();
+                        db.insert(key.as_bytes(), &rec);
+                        h.record(t0.elapsed().as_nanos() as u64).ok();
+                        done.fetch_add(1, Ordering::Relaxed);
+                        i += threads;
+                    }
+                    h
+                })
+            })
+            .collect();
+        for w in workers {
+            hists.push(w.join().expect("load thread"));
+        }
+        stop.store(1, Ordering::Relaxed);
+    });
+    let mut total = new_hist();
+    for h in &hists {
+        total.add(h).ok();
+    }
+    summarize(wl.recordcount, start.elapsed().as_secs_f64(), 0, BTreeMap::from([(Op::Insert, total)]))
+}
+
+/// Run operationcount operations (split across threads) after a load.
+pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -> PhaseResult {
+    let threads = threads.max(1) as u64;
+    let keys = KeySequence::new(wl.recordcount);
+    let done = AtomicU64::new(0);
+    let errors = AtomicU64::new(0);
+    let stop = AtomicU64::new(0);
+    let start = Instant::now();
+    let mut per_thread = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| progress_loop("run", &done, wl.operationcount, &stop, quiet));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (done, errors, keys) = (&done, &errors, keys.clone());
+                s.spawn(move || {
+                    let mut stream = OpStream::new(wl, seed.wrapping_add(t * 0x1000_0001), keys.clone());
+                    let mut hists: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
+                    let mut buf = Vec::with_capacity(wl.record_bytes());
+                    let mut field = vec![0u8; wl.fieldlength];
+                    let mut rec = vec![0u8; wl.record_bytes()];
+                    let n = wl.operationcount / threads + u64::from(t < wl.operationcount % threads);
+                    for i in 0..n {
+                        let (op, keynum) = stream.next_op();
+                        let key = key_name(keynum, wl.insertorder_hashed);
+                        let t0 = Instant::now();
+                        let ok = match op {
+                            Op::Read => db.read(key.as_bytes(), &mut buf),
+                            Op::Update => {
+                                let f = stream.field();
+                                fill_field(&mut field, keynum, f, i + 1);
+                                db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
+                            }
+                            Op::ReadModifyWrite => {
+                                let f = stream.field();
+                                fill_field(&mut field, keynum, f, i + 1);
+                                db.read(key.as_bytes(), &mut buf) && db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
+                            }
+                            Op::Insert => {
+                                for f in 0..wl.fieldcount {
+                                    fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], keynum, f, 0);
+                                }
+                                db.insert(key.as_bytes(), &rec);
+                                keys.ack(keynum);
+                                true
+                            }
+                        };
+                        hists.get_mut(&op).unwrap().record(t0.elapsed().as_nanos() as u64).ok();
+                        if !ok {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    hists
+                })
+            })
+            .collect();
+        for w in workers {
+            per_thread.push(w.join().expect("run thread"));
+        }
+        stop.store(1, Ordering::Relaxed);
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let mut merged: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
+    for h in per_thread {
+        for (op, hist) in h {
+            merged.get_mut(&op).unwrap().add(&hist).ok();
+        }
+    }
+    summarize(wl.operationcount, secs, errors.load(Ordering::Relaxed), merged)
+}
