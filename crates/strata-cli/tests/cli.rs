@@ -262,3 +262,36 @@ fn a_running_process_shares_its_contexts_in_the_channel() {
     child.wait().unwrap();
     assert!(!std::path::Path::new(&format!("/dev/shm/strata.{}", h.pid)).exists(), "no name is left behind");
 }
+
+#[test]
+fn ycsb_bench_json_shape_and_plots() {
+    let dir = std::env::temp_dir().join(format!("strata-ycsb-test-{}", std::process::id()));
+    let v = json(&[
+        "bench", "ycsb", "--workloads", "c", "--theta", "0.5,0.99", "--records", "2000", "--ops", "20000",
+        "--json", "-q", "--out", dir.to_str().unwrap(),
+    ]);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "2 thetas x std, nextto");
+    for r in rows {
+        assert_eq!(r["workload"], "c");
+        assert!(["std", "nextto"].contains(&r["variant"].as_str().unwrap()));
+        assert_eq!(r["machine"], "native");
+        assert!(r["config"].is_string());
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["errors"], 0);
+    }
+    // nextto keeps each bucket's chain, keys and values on fewer pages
+    let pages = |var: &str| rows.iter().find(|r| r["variant"] == var).unwrap()["pages_per_bucket"].as_f64().unwrap();
+    assert!(pages("nextto") < pages("std"), "nextto {} vs std {}", pages("nextto"), pages("std"));
+    for f in ["ycsb.json", "fig2-workloads.svg", "fig3-theta.svg"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(text.len() > 100, "{f}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let (code, _, err) = strata(&["bench", "ycsb", "--emulate", "m2t", "-q"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not built yet"), "{err}");
+    let (code, _, err) = strata(&["bench", "ycsb", "--theta", "3", "-q"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("0.25 and 2.0"), "{err}");
+}

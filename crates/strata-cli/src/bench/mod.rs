@@ -2,6 +2,7 @@
 //! ratios measured side by side in one run, never absolute times across runs.
 mod alloc;
 mod locality;
+mod ycsb;
 
 use crate::config::Config;
 
@@ -9,14 +10,17 @@ use crate::config::Config;
 pub enum Command {
     /// NextTo vs malloc: distinct pages touched per list traversal, and traversal speed
     Locality(locality::Args),
-    /// Allocation throughput of strata_malloc/strata_free next to glibc malloc/free
+    /// Allocation throughput of Strata (explicit and preloaded) next to glibc, jemalloc, mimalloc
     Alloc(alloc::Args),
+    /// YCSB on strata-kv: the std and nextto engines side by side (M2T's case study)
+    Ycsb(ycsb::Args),
 }
 
 pub fn run(c: Command, _cfg: &Config) -> anyhow::Result<()> {
     match c {
         Command::Locality(a) => locality::run(a),
         Command::Alloc(a) => alloc::run(a),
+        Command::Ycsb(a) => ycsb::run(a),
     }
 }
 
