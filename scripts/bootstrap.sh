@@ -19,6 +19,13 @@ have g++ || need_pkgs+=(g++)
 have sqlite3 || need_pkgs+=(sqlite3)
 have xz || need_pkgs+=(xz-utils)
 have perl || need_pkgs+=(perl)
+# peers of strata-kv: redis-cli must work against it; redis-server is a benchmark peer
+have redis-cli || need_pkgs+=(redis-tools)
+have redis-server || need_pkgs+=(redis-server)
+# the allocators bench alloc compares against, and callgrind for its instruction counts
+[ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need_pkgs+=(libjemalloc2)
+[ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need_pkgs+=(libmimalloc2.0)
+have valgrind || need_pkgs+=(valgrind)
 # the sanitizer runtimes of gcc, for the ASan/TSan test builds
 gcc_ver=$( (cc -dumpversion 2>/dev/null || echo 12) | cut -d. -f1)
 [ -e "$(cc -print-file-name=libasan.so 2>/dev/null)" ] && [ "$(cc -print-file-name=libasan.so)" != libasan.so ] \

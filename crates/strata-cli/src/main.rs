@@ -4,6 +4,7 @@
 //! output pipe (`strata topo | head -1`) ends the command quietly with 0.
 mod bench;
 mod config;
+mod kv;
 mod output;
 mod run;
 mod topo;
@@ -21,6 +22,8 @@ Examples:
   strata bench locality            NextTo vs malloc: pages per list traversal, speed-up
   strata bench alloc               strata_malloc vs glibc malloc throughput
   strata run --report -- python3 x.py   run a program under Strata, report its contexts
+  strata kv serve --variant nextto   the M2T key-value store on 127.0.0.1:6380 (redis-cli works)
+  strata bench ycsb                YCSB on strata-kv: std vs nextto
   strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier";
 
 #[derive(Parser)]
@@ -39,6 +42,9 @@ enum Command {
     Topo(topo::Args),
     /// Run a program under Strata (LD_PRELOAD), optionally with rules and a context report
     Run(run::Args),
+    /// The strata-kv key-value server (M2T's case study), speaking the Redis protocol
+    #[command(subcommand)]
+    Kv(kv::KvCommand),
     /// Run a benchmark (native measurements on this machine)
     #[command(subcommand)]
     Bench(bench::Command),
@@ -53,6 +59,7 @@ fn main() {
         Command::Topo(a) => topo::run(a, &cfg).map(|()| 0),
         Command::Bench(b) => bench::run(b, &cfg).map(|()| 0),
         Command::Run(a) => run::run(a),
+        Command::Kv(k) => kv::run(k),
         Command::Vm(v) => vm::run(v),
     });
     match result {

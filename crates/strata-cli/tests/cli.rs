@@ -295,3 +295,66 @@ fn ycsb_bench_json_shape_and_plots() {
     assert_eq!(code, 1);
     assert!(err.contains("0.25 and 2.0"), "{err}");
 }
+
+/// A free loopback port (bind to 0, read the port, let it go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn redis_cli_works_against_strata_kv() {
+    if Command::new("redis-cli").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: redis-cli not installed (scripts/bootstrap.sh installs redis-tools)");
+        return;
+    }
+    let port = free_port().to_string();
+    // killed on drop, so a failed assertion cannot leave a server running
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(
+        Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["kv", "serve", "--addr", &format!("127.0.0.1:{port}"), "--buckets", "4096"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli").args(["-p", &port]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let mut up = false;
+    for _ in 0..100 {
+        if cli(&["ping"]) == "PONG" {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(up, "server did not answer PING");
+    assert_eq!(cli(&["set", "greeting", "hello world"]), "OK");
+    assert_eq!(cli(&["get", "greeting"]), "hello world");
+    assert_eq!(cli(&["hset", "user:1", "name", "ada", "lang", "c"]), "2");
+    assert_eq!(cli(&["hgetall", "user:1"]), "name\nada\nlang\nc");
+    assert_eq!(cli(&["hmget", "user:1", "lang", "nope"]), "c"); // then an empty line for nil
+    assert_eq!(cli(&["exists", "greeting", "user:1", "nope"]), "2");
+    assert!(cli(&["info"]).contains("strata_kv_variant:nextto"));
+    assert!(cli(&["hello", "3"]).starts_with("ERR unknown command"));
+    // redis-cli's pipe mode: raw protocol in, a summary out
+    let mut pipe = Command::new("redis-cli").args(["-p", &port, "--pipe"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut input = Vec::new();
+    for i in 0..1000 {
+        strata_kv::resp::encode_request(&mut input, &[b"SET", format!("k{i}").as_bytes(), format!("v{i}").as_bytes()]);
+    }
+    use std::io::Write;
+    pipe.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = pipe.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("errors: 0, replies: 1000"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(cli(&["dbsize"]), "1002");
+    assert_eq!(cli(&["get", "k999"]), "v999");
+}

@@ -10,6 +10,9 @@
 //! - `nextto`: every bucket has its own Strata arena; a new node is allocated next to the
 //!   bucket's previous head, its key next to the node and its value next to the key, so a
 //!   bucket's chain, keys and values share pages (M2T's NextTo hash table).
+pub mod resp;
+pub mod server;
+
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
