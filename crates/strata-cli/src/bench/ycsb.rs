@@ -3,8 +3,11 @@
 //! plots in the style of M2T's Fig. 2 (throughput per workload normalized to the baseline)
 //! and Fig. 3 (workload C throughput against theta).
 //!
-//! Today: native, in process (the driver calls the engine). The network half (the RESP
-//! server, Redis, memcached) and the emulated half (`--emulate`) are not built yet.
+//! Native configurations: `in-process` (the driver calls the engine) and, with `--network`,
+//! `network`: the same workload over loopback TCP against strata-kv's server in each variant
+//! and against Redis (Debian's redis-server, started on a free port with persistence off),
+//! all through one client (strata-ycsb's RespDb). The emulated half (`--emulate`) and
+//! memcached are not built yet.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -12,7 +15,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Serialize;
 use strata_kv::{Store, Variant};
-use strata_ycsb::{load, run as run_phase, Latency, Workload};
+use strata_ycsb::{load, run as run_phase, Latency, RespDb, Workload};
 
 use super::median;
 use crate::output::{emit, emit_json, progress};
@@ -43,6 +46,9 @@ pub struct Args {
     /// Rounds; the median throughput is reported, variants alternate which goes first
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Also run over the network: strata-kv servers (each variant) and redis-server
+    #[arg(long)]
+    network: bool,
     /// Run on an emulated machine (not available yet: needs the emulator)
     #[arg(long, value_name = "PRESET")]
     emulate: Option<String>,
@@ -61,6 +67,7 @@ pub struct Args {
 struct Row {
     workload: String,
     variant: &'static str,
+    /// in-process or network
     machine: &'static str,
     config: &'static str,
     theta: f64,
@@ -89,7 +96,96 @@ struct Ratio {
     workload: String,
     theta: f64,
     machine: &'static str,
+    config: &'static str,
     nextto_over_std: f64,
+    /// network only: Redis ops_per_sec / strata-kv nextto ops_per_sec, same client
+    redis_over_nextto: Option<f64>,
+}
+
+/// A redis-server of our own on a free loopback port, persistence off, stopped on drop.
+struct Redis {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Redis {
+    fn start(quiet: bool) -> Option<Redis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            if !quiet {
+                progress("ycsb", "redis-server not found: no Redis rows (apt-get install redis-server)");
+            }
+            return None;
+        };
+        let r = Redis { child, addr: format!("127.0.0.1:{port}") };
+        for _ in 0..100 {
+            if RespDb::new(&r.addr, 1).and_then(|c| c.call(&[b"PING"])).is_ok() {
+                return Some(r);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Load and run one workload on one target.
+fn measure(label: &'static str, config: &'static str, wl: &Workload, a: &Args, buckets: usize, redis: Option<&Redis>, round: usize) -> anyhow::Result<Row> {
+    let seed = 42 + round as u64;
+    let (l, res, pages, nb) = if config == "in-process" {
+        let store = Store::new(Variant::parse(label).expect("variant"), buckets);
+        let l = load(&store, wl, a.threads, a.quiet);
+        let res = run_phase(&store, wl, a.threads, seed, a.quiet);
+        (l, res, store.pages_per_bucket(), store.buckets())
+    } else if label == "redis" {
+        let db = RespDb::new(&redis.expect("redis").addr, wl.fieldlength)?;
+        db.call(&[b"FLUSHALL"])?;
+        let l = load(&db, wl, a.threads, a.quiet);
+        let res = run_phase(&db, wl, a.threads, seed, a.quiet);
+        (l, res, 0.0, 0)
+    } else {
+        let store = std::sync::Arc::new(Store::new(Variant::parse(label).expect("variant"), buckets));
+        let server = strata_kv::server::Server::bind("127.0.0.1:0", store.clone(), Default::default())?;
+        let addr = server.local_addr()?.to_string();
+        let stop = server.stopper();
+        let handle = std::thread::spawn(move || server.serve());
+        let db = RespDb::new(&addr, wl.fieldlength)?;
+        let l = load(&db, wl, a.threads, a.quiet);
+        let res = run_phase(&db, wl, a.threads, seed, a.quiet);
+        drop(db);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = std::net::TcpStream::connect(&addr); // wake the accept loop
+        let _ = handle.join();
+        (l, res, store.pages_per_bucket(), store.buckets())
+    };
+    anyhow::ensure!(res.errors == 0, "{} errors in workload {} ({label}, {config})", res.errors, wl.name);
+    Ok(Row {
+        workload: wl.name.clone(),
+        variant: label,
+        machine: "native",
+        config,
+        theta: wl.zipfianconstant,
+        records: wl.recordcount,
+        operations: wl.operationcount,
+        threads: a.threads,
+        buckets: nb,
+        ops_per_sec: res.ops_per_sec,
+        load_ops_per_sec: l.ops_per_sec,
+        pages_per_bucket: pages,
+        errors: res.errors,
+        latency: res.latency,
+    })
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -113,35 +209,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let buckets = a.buckets.unwrap_or((a.records / 4).max(1) as usize);
+    let redis = if a.network { Redis::start(a.quiet) } else { None };
+    // what to measure: (variant label, config)
+    let mut targets: Vec<(&'static str, &'static str)> = variants.iter().map(|v| (v.name(), "in-process")).collect();
+    if a.network {
+        targets.extend(variants.iter().map(|v| (v.name(), "network")));
+        if redis.is_some() {
+            targets.push(("redis", "network"));
+        }
+    }
     let mut rows = Vec::new();
     for wl in &workloads {
-        let mut per: BTreeMap<Variant, Vec<Row>> = BTreeMap::new();
+        let mut per: BTreeMap<(&str, &str), Vec<Row>> = BTreeMap::new();
         for r in 0..a.rounds {
-            for k in 0..variants.len() {
-                let v = variants[(k + r) % variants.len()];
+            for k in 0..targets.len() {
+                let (label, config) = targets[(k + r) % targets.len()];
                 if !a.quiet {
-                    progress("ycsb", &format!("workload {} theta {} variant {} round {}/{}: loading {} records", wl.name, wl.zipfianconstant, v.name(), r + 1, a.rounds, wl.recordcount));
+                    progress("ycsb", &format!("workload {} theta {} {label} ({config}) round {}/{}: loading {} records", wl.name, wl.zipfianconstant, r + 1, a.rounds, wl.recordcount));
                 }
-                let store = Store::new(v, buckets);
-                let l = load(&store, wl, a.threads, a.quiet);
-                let res = run_phase(&store, wl, a.threads, 42 + r as u64, a.quiet);
-                anyhow::ensure!(res.errors == 0, "{} errors in workload {} ({})", res.errors, wl.name, v.name());
-                per.entry(v).or_default().push(Row {
-                    workload: wl.name.clone(),
-                    variant: v.name(),
-                    machine: "native",
-                    config: "in-process",
-                    theta: wl.zipfianconstant,
-                    records: wl.recordcount,
-                    operations: wl.operationcount,
-                    threads: a.threads,
-                    buckets: store.buckets(),
-                    ops_per_sec: res.ops_per_sec,
-                    load_ops_per_sec: l.ops_per_sec,
-                    pages_per_bucket: store.pages_per_bucket(),
-                    errors: res.errors,
-                    latency: res.latency,
-                });
+                let row = measure(label, config, wl, &a, buckets, redis.as_ref(), r)?;
+                per.entry((label, config)).or_default().push(row);
             }
         }
         for (_, mut rs) in per {
@@ -152,11 +239,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             rows.push(row);
         }
     }
+    drop(redis);
     let mut ratios = Vec::new();
     for wl in &workloads {
-        let get = |v: &str| rows.iter().find(|r| r.workload == wl.name && r.theta == wl.zipfianconstant && r.variant == v).map(|r| r.ops_per_sec);
-        if let (Some(s), Some(n)) = (get("std"), get("nextto")) {
-            ratios.push(Ratio { workload: wl.name.clone(), theta: wl.zipfianconstant, machine: "native", nextto_over_std: n / s });
+        for config in ["in-process", "network"] {
+            let get = |v: &str| rows.iter().find(|r| r.workload == wl.name && r.theta == wl.zipfianconstant && r.variant == v && r.config == config).map(|r| r.ops_per_sec);
+            if let (Some(s), Some(n)) = (get("std"), get("nextto")) {
+                ratios.push(Ratio { workload: wl.name.clone(), theta: wl.zipfianconstant, machine: "native", config, nextto_over_std: n / s, redis_over_nextto: get("redis").map(|r| r / n) });
+            }
         }
     }
     let report = Report {
@@ -184,16 +274,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.json {
         return emit_json(&report);
     }
-    let mut s = format!("YCSB on strata-kv, native, in process: {}\n\n", report.scale);
-    let _ = writeln!(s, "{:<8} {:>6} {:<8} {:>12} {:>10} {:>10} {:>10}", "workload", "theta", "variant", "ops/s", "p50 us", "p99 us", "pages/bkt");
+    let mut s = format!("YCSB on strata-kv, native: {}\n\n", report.scale);
+    let _ = writeln!(s, "{:<8} {:>6} {:<8} {:<10} {:>12} {:>10} {:>10} {:>10}", "workload", "theta", "variant", "config", "ops/s", "p50 us", "p99 us", "pages/bkt");
     for r in &report.results {
         let lat = r.latency.get("read").or_else(|| r.latency.values().next());
         let _ = writeln!(
             s,
-            "{:<8} {:>6} {:<8} {:>12.0} {:>10.2} {:>10.2} {:>10.1}",
+            "{:<8} {:>6} {:<8} {:<10} {:>12.0} {:>10.2} {:>10.2} {:>10.1}",
             r.workload,
             r.theta,
             r.variant,
+            r.config,
             r.ops_per_sec,
             lat.map_or(0.0, |l| l.p50_us),
             lat.map_or(0.0, |l| l.p99_us),
@@ -203,7 +294,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !report.ratios.is_empty() {
         let _ = writeln!(s, "\nnextto / std throughput:");
         for r in &report.ratios {
-            let _ = writeln!(s, "  workload {} theta {}: {:.2}x", r.workload, r.theta, r.nextto_over_std);
+            let redis = r.redis_over_nextto.map_or(String::new(), |x| format!("; Redis / strata-kv nextto {x:.2}x"));
+            let _ = writeln!(s, "  workload {} theta {} ({}): {:.2}x{redis}", r.workload, r.theta, r.config, r.nextto_over_std);
         }
     }
     emit(&s)
@@ -233,7 +325,7 @@ fn svg_frame(title: &str, ylabel: &str, body: &str) -> String {
 /// Fig. 2: throughput per workload, normalized to std, one bar per variant.
 fn fig2(r: &Report) -> String {
     let theta = r.results.first().map_or(0.99, |x| x.theta);
-    let rows: Vec<&Row> = r.results.iter().filter(|x| x.theta == theta).collect();
+    let rows: Vec<&Row> = r.results.iter().filter(|x| x.theta == theta && x.config == "in-process").collect();
     let mut wls: Vec<&str> = rows.iter().map(|x| x.workload.as_str()).collect();
     wls.dedup();
     // the baseline first
@@ -265,7 +357,7 @@ fn fig2(r: &Report) -> String {
 
 /// Fig. 3: workload C throughput against theta, one line per variant.
 fn fig3(r: &Report) -> String {
-    let rows: Vec<&Row> = r.results.iter().filter(|x| x.workload == "c").collect();
+    let rows: Vec<&Row> = r.results.iter().filter(|x| x.workload == "c" && x.config == "in-process").collect();
     let mut thetas: Vec<f64> = rows.iter().map(|x| x.theta).collect();
     thetas.sort_by(f64::total_cmp);
     thetas.dedup();
