@@ -17,7 +17,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
-.PHONY: all lib rust run test c-test rust-test vm-bins vm-test bootstrap clean
+.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean
 
 all: lib rust
 
@@ -102,7 +102,13 @@ vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites
 	@scripts/bootstrap.sh --vm
 	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
 
-test: bootstrap lib c-test rust-test vm-test
+# the real YCSB client (Java, from Maven Central) through bench/ycsb-binding, against
+# strata-kv and Redis: every operation must return OK
+ycsb-binding-test: rust
+	bench/ycsb-binding/run.sh strata a 5000 20000 2
+	bench/ycsb-binding/run.sh redis a 5000 20000 2
+
+test: bootstrap lib c-test rust-test ycsb-binding-test vm-test
 	@echo "all tests passed"
 
 clean:

@@ -26,6 +26,9 @@ have redis-server || need_pkgs+=(redis-server)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need_pkgs+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need_pkgs+=(libmimalloc2.0)
 have valgrind || need_pkgs+=(valgrind)
+# the real YCSB client: Java and Maven (site.ycsb:core comes from Maven Central)
+have java || need_pkgs+=(default-jdk-headless)
+have mvn || need_pkgs+=(maven)
 # the sanitizer runtimes of gcc, for the ASan/TSan test builds
 gcc_ver=$( (cc -dumpversion 2>/dev/null || echo 12) | cut -d. -f1)
 [ -e "$(cc -print-file-name=libasan.so 2>/dev/null)" ] && [ "$(cc -print-file-name=libasan.so)" != libasan.so ] \
