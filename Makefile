@@ -1,6 +1,7 @@
 # Strata: one entry point for building and testing.
 #   make            build the C library (static + shared) and the Rust workspace
-#   make run        set up, build, and run Strata's main job on its built-in default
+#   make run        set up, build, and run Strata's main job on its built-in default:
+#                   the topology, the NextTo locality benchmark, a small YCSB matrix
 #   make test       set up, build, and run every test (what CI runs)
 #   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
 #   make vm-test    end-to-end tests in a two-tier QEMU guest (strata vm run)
@@ -54,6 +55,7 @@ bootstrap:
 run: bootstrap all
 	target/release/strata topo
 	target/release/strata bench locality
+	target/release/strata bench ycsb --records 100000 --ops 400000 --out build/ycsb
 
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
