@@ -286,7 +286,9 @@ fn init_script(kernel_tiering: bool) -> String {
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin
-mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
+# no tmpfs on /tmp: the initramfs is already writable, and a mount there would hide --file
+# paths under /tmp (a clone in /tmp/...)
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 fail() { echo "STRATA-VM-SETUP-FAILED: $*"; poweroff -f; }
 for m in device_dax dax_hmem kmem; do insmod /lib/modules/strata/$m.ko || fail "insmod $m"; done
 [ -e /sys/bus/dax/devices/dax0.0 ] || fail "no dax0.0: the soft-reserved range was not found (memmap)"

@@ -88,6 +88,19 @@ fn guest_command_exit_status_and_boot_failure_are_reported() {
     let (code, out) = run_in_guest(&["--", "sh", "-c", "echo hello from the guest; exit 7"]);
     assert_eq!(code, 7);
     assert!(out.contains("hello from the guest"));
+    // a --file under /tmp is there in the guest (regression: a tmpfs on /tmp hid it, which
+    // broke every guest test of a clone made under /tmp)
+    let script = std::env::temp_dir().join(format!("strata-vm-file-{}.sh", std::process::id()));
+    std::fs::write(&script, "#!/bin/sh\necho file under tmp ok\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sp = script.to_str().unwrap();
+    let (code, out) = run_in_guest(&["--file", sp, "--", sp]);
+    std::fs::remove_file(&script).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("file under tmp ok"), "{out}");
     // a kernel that cannot boot: the harness says so and shows the console
     let bad = std::env::temp_dir().join(format!("not-a-kernel-{}", std::process::id()));
     std::fs::write(&bad, b"garbage").unwrap();
