@@ -168,11 +168,6 @@ impl Topology {
             );
         }
     }
-
-    /// The tier a node belongs to.
-    pub fn tier_of(&self, node: u32) -> Option<u32> {
-        self.nodes.iter().find(|n| n.id == node).map(|n| n.tier)
-    }
 }
 
 /// The topology this process uses (the same one libstrata places by): discovered once,
