@@ -22,6 +22,7 @@ have perl || need_pkgs+=(perl)
 # peers of strata-kv: redis-cli must work against it; redis-server is a benchmark peer
 have redis-cli || need_pkgs+=(redis-tools)
 have redis-server || need_pkgs+=(redis-server)
+have memcached || need_pkgs+=(memcached)
 # the allocators bench alloc compares against, and callgrind for its instruction counts
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need_pkgs+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need_pkgs+=(libmimalloc2.0)

@@ -360,13 +360,15 @@ fn redis_cli_works_against_strata_kv() {
 }
 
 #[test]
-fn ycsb_bench_over_the_network_against_strata_kv_and_redis() {
+fn ycsb_bench_over_the_network_against_strata_kv_redis_and_memcached() {
     let v = json(&["bench", "ycsb", "--network", "--workloads", "a", "--records", "1000", "--ops", "4000", "--json", "-q"]);
     let rows = v["results"].as_array().unwrap();
     let net: Vec<&Value> = rows.iter().filter(|r| r["config"] == "network").collect();
     assert!(net.iter().any(|r| r["variant"] == "std") && net.iter().any(|r| r["variant"] == "nextto"));
     let have_redis = Command::new("redis-server").arg("--version").output().is_ok();
     assert_eq!(net.iter().any(|r| r["variant"] == "redis"), have_redis);
+    let have_memcached = Command::new("memcached").arg("-h").output().is_ok();
+    assert_eq!(net.iter().any(|r| r["variant"] == "memcached"), have_memcached);
     for r in rows {
         assert_eq!(r["errors"], 0, "{r}");
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);

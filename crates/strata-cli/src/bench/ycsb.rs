@@ -6,8 +6,9 @@
 //! Native configurations: `in-process` (the driver calls the engine) and, with `--network`,
 //! `network`: the same workload over loopback TCP against strata-kv's server in each variant
 //! and against Redis (Debian's redis-server, started on a free port with persistence off),
-//! all through one client (strata-ycsb's RespDb). The emulated half (`--emulate`) and
-//! memcached are not built yet.
+//! through one RESP client (strata-ycsb's RespDb), and against memcached (whole records,
+//! gets/cas for updates: its protocol has no hashes). The emulated half (`--emulate`) is not
+//! built yet.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use serde::Serialize;
 use strata_kv::{Store, Variant};
-use strata_ycsb::{load, run as run_phase, Latency, RespDb, Workload};
+use strata_ycsb::{load, run as run_phase, Latency, MemcachedDb, RespDb, Workload};
 
 use super::median;
 use crate::output::{emit, emit_json, progress};
@@ -46,7 +47,7 @@ pub struct Args {
     /// Rounds; the median throughput is reported, variants alternate which goes first
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// Also run over the network: strata-kv servers (each variant) and redis-server
+    /// Also run over the network: strata-kv servers (each variant), redis-server, memcached
     #[arg(long)]
     network: bool,
     /// Run on an emulated machine (not available yet: needs the emulator)
@@ -100,32 +101,51 @@ struct Ratio {
     nextto_over_std: f64,
     /// network only: Redis ops_per_sec / strata-kv nextto ops_per_sec, same client
     redis_over_nextto: Option<f64>,
+    /// network only: memcached ops_per_sec / strata-kv nextto ops_per_sec
+    memcached_over_nextto: Option<f64>,
 }
 
-/// A redis-server of our own on a free loopback port, persistence off, stopped on drop.
-struct Redis {
+/// A peer server of our own (redis-server or memcached) on a free loopback port, persistence
+/// off, stopped on drop.
+struct Peer {
     child: std::process::Child,
     addr: String,
 }
 
-impl Redis {
-    fn start(quiet: bool) -> Option<Redis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
+impl Peer {
+    fn start(which: &str, quiet: bool) -> Option<Peer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port().to_string();
+        let mut cmd = match which {
+            "redis" => {
+                let mut c = std::process::Command::new("redis-server");
+                c.args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"]);
+                c
+            }
+            _ => {
+                let mut c = std::process::Command::new("memcached");
+                c.args(["-p", &port, "-l", "127.0.0.1", "-U", "0", "-m", "4096", "-t", "2"]);
+                if unsafe { libc::geteuid() } == 0 {
+                    c.args(["-u", "root"]); // memcached refuses to run as root otherwise
+                }
+                c
+            }
+        };
+        let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn();
         let Ok(child) = child else {
             if !quiet {
-                progress("ycsb", "redis-server not found: no Redis rows (apt-get install redis-server)");
+                progress("ycsb", &format!("{which} not found: no {which} rows (apt-get install {})", if which == "redis" { "redis-server" } else { "memcached" }));
             }
             return None;
         };
-        let r = Redis { child, addr: format!("127.0.0.1:{port}") };
+        let p = Peer { child, addr: format!("127.0.0.1:{port}") };
         for _ in 0..100 {
-            if RespDb::new(&r.addr, 1).and_then(|c| c.call(&[b"PING"])).is_ok() {
-                return Some(r);
+            let up = if which == "redis" {
+                RespDb::new(&p.addr, 1).and_then(|c| c.call(&[b"PING"])).is_ok()
+            } else {
+                MemcachedDb::new(&p.addr).is_ok()
+            };
+            if up {
+                return Some(p);
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
@@ -133,7 +153,7 @@ impl Redis {
     }
 }
 
-impl Drop for Redis {
+impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -141,13 +161,20 @@ impl Drop for Redis {
 }
 
 /// Load and run one workload on one target.
-fn measure(label: &'static str, config: &'static str, wl: &Workload, a: &Args, buckets: usize, redis: Option<&Redis>, round: usize) -> anyhow::Result<Row> {
+#[allow(clippy::too_many_arguments)]
+fn measure(label: &'static str, config: &'static str, wl: &Workload, a: &Args, buckets: usize, redis: Option<&Peer>, memcached: Option<&Peer>, round: usize) -> anyhow::Result<Row> {
     let seed = 42 + round as u64;
     let (l, res, pages, nb) = if config == "in-process" {
         let store = Store::new(Variant::parse(label).expect("variant"), buckets);
         let l = load(&store, wl, a.threads, a.quiet);
         let res = run_phase(&store, wl, a.threads, seed, a.quiet);
         (l, res, store.pages_per_bucket(), store.buckets())
+    } else if label == "memcached" {
+        let db = MemcachedDb::new(&memcached.expect("memcached").addr)?;
+        db.with(|c| c.flush_all())?;
+        let l = load(&db, wl, a.threads, a.quiet);
+        let res = run_phase(&db, wl, a.threads, seed, a.quiet);
+        (l, res, 0.0, 0)
     } else if label == "redis" {
         let db = RespDb::new(&redis.expect("redis").addr, wl.fieldlength)?;
         db.call(&[b"FLUSHALL"])?;
@@ -209,13 +236,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let buckets = a.buckets.unwrap_or((a.records / 4).max(1) as usize);
-    let redis = if a.network { Redis::start(a.quiet) } else { None };
+    let redis = if a.network { Peer::start("redis", a.quiet) } else { None };
+    let memcached = if a.network { Peer::start("memcached", a.quiet) } else { None };
     // what to measure: (variant label, config)
     let mut targets: Vec<(&'static str, &'static str)> = variants.iter().map(|v| (v.name(), "in-process")).collect();
     if a.network {
         targets.extend(variants.iter().map(|v| (v.name(), "network")));
         if redis.is_some() {
             targets.push(("redis", "network"));
+        }
+        if memcached.is_some() {
+            targets.push(("memcached", "network"));
         }
     }
     let mut rows = Vec::new();
@@ -227,7 +258,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 if !a.quiet {
                     progress("ycsb", &format!("workload {} theta {} {label} ({config}) round {}/{}: loading {} records", wl.name, wl.zipfianconstant, r + 1, a.rounds, wl.recordcount));
                 }
-                let row = measure(label, config, wl, &a, buckets, redis.as_ref(), r)?;
+                let row = measure(label, config, wl, &a, buckets, redis.as_ref(), memcached.as_ref(), r)?;
                 per.entry((label, config)).or_default().push(row);
             }
         }
@@ -240,12 +271,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     drop(redis);
+    drop(memcached);
     let mut ratios = Vec::new();
     for wl in &workloads {
         for config in ["in-process", "network"] {
             let get = |v: &str| rows.iter().find(|r| r.workload == wl.name && r.theta == wl.zipfianconstant && r.variant == v && r.config == config).map(|r| r.ops_per_sec);
             if let (Some(s), Some(n)) = (get("std"), get("nextto")) {
-                ratios.push(Ratio { workload: wl.name.clone(), theta: wl.zipfianconstant, machine: "native", config, nextto_over_std: n / s, redis_over_nextto: get("redis").map(|r| r / n) });
+                ratios.push(Ratio { workload: wl.name.clone(), theta: wl.zipfianconstant, machine: "native", config, nextto_over_std: n / s, redis_over_nextto: get("redis").map(|r| r / n), memcached_over_nextto: get("memcached").map(|m| m / n) });
             }
         }
     }
@@ -294,7 +326,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !report.ratios.is_empty() {
         let _ = writeln!(s, "\nnextto / std throughput:");
         for r in &report.ratios {
-            let redis = r.redis_over_nextto.map_or(String::new(), |x| format!("; Redis / strata-kv nextto {x:.2}x"));
+            let redis = r.redis_over_nextto.map_or(String::new(), |x| format!("; Redis / strata-kv nextto {x:.2}x"))
+                + &r.memcached_over_nextto.map_or(String::new(), |x| format!("; memcached / strata-kv nextto {x:.2}x"));
             let _ = writeln!(s, "  workload {} theta {} ({}): {:.2}x{redis}", r.workload, r.theta, r.config, r.nextto_over_std);
         }
     }
