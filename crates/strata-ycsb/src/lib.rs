@@ -4,6 +4,7 @@
 //! network against any Redis-protocol server (strata-kv's, Redis) or memcached.
 pub mod driver;
 pub mod memcached_client;
+pub mod pool;
 pub mod resp_client;
 pub mod workload;
 pub mod zipf;

@@ -4,9 +4,9 @@
 //! retried when another client changed it in between, so no update is lost).
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::sync::Mutex;
 
 use crate::driver::Db;
+use crate::pool::Pool;
 
 pub struct Conn {
     reader: BufReader<TcpStream>,
@@ -85,27 +85,17 @@ impl Conn {
 
 /// A pool of memcached connections, usable as a driver's database.
 pub struct MemcachedDb {
-    addr: String,
-    pool: Mutex<Vec<Conn>>,
+    pool: Pool<Conn>,
 }
 
 impl MemcachedDb {
     pub fn new(addr: &str) -> io::Result<MemcachedDb> {
-        let first = Conn::connect(addr)?;
-        Ok(MemcachedDb { addr: addr.into(), pool: Mutex::new(vec![first]) })
+        Ok(MemcachedDb { pool: Pool::new(addr, Conn::connect)? })
     }
 
+    /// Run `f` on a pooled connection.
     pub fn with<R>(&self, f: impl FnOnce(&mut Conn) -> io::Result<R>) -> io::Result<R> {
-        let c = self.pool.lock().unwrap().pop();
-        let mut c = match c {
-            Some(c) => c,
-            None => Conn::connect(&self.addr)?,
-        };
-        let r = f(&mut c);
-        if r.is_ok() {
-            self.pool.lock().unwrap().push(c);
-        }
-        r
+        self.pool.with(f)
     }
 }
 

@@ -1,14 +1,13 @@
 //! The network driver's database: any server speaking RESP (strata-kv, Redis). A record is a
 //! hash of fields field0..fieldN-1 (HSET to insert and update, HGETALL to read), as YCSB's
-//! Redis binding stores it. Connections are pooled: each operation takes one, so many
-//! client threads share the pool without waiting on each other's round trips.
+//! Redis binding stores it. Connections are pooled (pool.rs).
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::Mutex;
 
 use strata_kv::resp::{encode_request, parse_reply, Value};
 
 use crate::driver::Db;
+use crate::pool::Pool;
 
 /// One connection, with its read buffer.
 pub struct Conn {
@@ -50,33 +49,18 @@ impl Conn {
 
 /// A pool of connections to one server, usable as a driver's database.
 pub struct RespDb {
-    addr: String,
     fieldlength: usize,
-    pool: Mutex<Vec<Conn>>,
+    pool: Pool<Conn>,
 }
 
 impl RespDb {
     pub fn new(addr: &str, fieldlength: usize) -> io::Result<RespDb> {
-        let first = Conn::connect(addr)?; // fail early on a wrong address
-        Ok(RespDb { addr: addr.into(), fieldlength, pool: Mutex::new(vec![first]) })
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&mut Conn) -> io::Result<R>) -> io::Result<R> {
-        let conn = self.pool.lock().unwrap().pop();
-        let mut conn = match conn {
-            Some(c) => c,
-            None => Conn::connect(&self.addr)?,
-        };
-        let r = f(&mut conn);
-        if r.is_ok() {
-            self.pool.lock().unwrap().push(conn);
-        }
-        r
+        Ok(RespDb { fieldlength, pool: Pool::new(addr, Conn::connect)? })
     }
 
     /// One request on a pooled connection.
     pub fn call(&self, args: &[&[u8]]) -> io::Result<Value> {
-        self.with(|c| c.call(args))
+        self.pool.with(|c| c.call(args))
     }
 }
 
