@@ -5,6 +5,8 @@
 #   make test       set up, build, and run every test (what CI runs)
 #   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
 #   make vm-test    end-to-end tests in a two-tier QEMU guest (strata vm run)
+#   make emu        the emulated machine: libstrata_emu.so, its workloads, and the strata
+#                   binary built for it (target/emu); make emu-test runs its tests
 
 # rustup installs cargo here; CI's environment may not have it on PATH
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -18,7 +20,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
-.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean
+.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-test
 
 all: lib rust
 
@@ -56,6 +58,38 @@ run: bootstrap all
 	target/release/strata topo
 	target/release/strata bench locality
 	target/release/strata bench ycsb --records 100000 --ops 400000 --out build/ycsb
+
+# the emulated machine (emu/): never instrumented itself, and compiled so that the compiler
+# emits no calls to the memcpy/memmove/memset it interposes
+EMU_CC     ?= clang-14
+EMU_SRC    := $(wildcard emu/*.c)
+EMU_CFLAGS := -O2 -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread \
+              -fno-builtin -fno-tree-loop-distribute-patterns -fvisibility=hidden -Iinclude -Ilibstrata -Iemu
+EMU_HOOKS  := -fsanitize-coverage=inline-8bit-counters,trace-loads,trace-stores
+$(BUILD)/emu/%.o: emu/%.c emu/emu.h include/strata_emu.h libstrata/machine/machine.h
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -c $< -o $@
+$(BUILD)/libstrata_emu.so: $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
+	$(CC) -shared -pthread $^ -o $@
+# a program for the emulator: what `strata emu cc` does
+EMU_LINK = -L$(CURDIR)/$(BUILD) -lstrata_emu -Wl,-rpath,$(CURDIR)/$(BUILD)
+$(BUILD)/emu/access: emu/workloads/access.c
+	$(EMU_CC) -O2 $< -o $@
+$(BUILD)/emu/access-emu: emu/workloads/access.c $(BUILD)/libstrata_emu.so
+	$(EMU_CC) -O2 $(EMU_HOOKS) $< $(EMU_LINK) -o $@
+# the unit tests link the emulator's objects directly, so they can reach its internals too
+EMU_OBJS = $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
+$(BUILD)/emu/test_emu: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_OBJS) $(BUILD)/libstrata.a
+	$(EMU_CC) -O1 -g -Iinclude -Ilibstrata -Ilibstrata/tests $(EMU_HOOKS) $< $(EMU_OBJS) $(BUILD)/libstrata.a -pthread -o $@
+EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4 \
+                    stlb=2048 stlb_ways=16 capacity=1G,1G
+
+emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu rust
+	target/release/strata emu cargo build --release -p strata-cli
+
+emu-test: emu $(BUILD)/emu/test_emu
+	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu
+	cargo test --release -p strata-cli --test emu
 
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
@@ -110,7 +144,7 @@ ycsb-binding-test: rust
 	bench/ycsb-binding/run.sh strata a 5000 20000 2
 	bench/ycsb-binding/run.sh redis a 5000 20000 2
 
-test: bootstrap lib c-test rust-test ycsb-binding-test vm-test
+test: bootstrap lib c-test rust-test emu-test ycsb-binding-test vm-test
 	@echo "all tests passed"
 
 clean:

@@ -191,6 +191,16 @@ STRATA_API int64_t strata_stat(const char *name);
 STRATA_API int strata_rules_check(const char *path, char *err, size_t errn);
 
 /* ------------------------------------------------------------------------------------------
+ * Time: the machine's clock. Natively CLOCK_MONOTONIC; on the emulated machine (a program
+ * built with `strata emu cc` / `strata emu cargo`) the calling thread's simulated clock, so a
+ * benchmark that times itself with this reports operations per simulated second there.
+ * ---------------------------------------------------------------------------------------- */
+
+STRATA_API uint64_t strata_now_ns(void);
+/* 1 when the program runs on the emulated machine. */
+STRATA_API int strata_emulated(void);
+
+/* ------------------------------------------------------------------------------------------
  * Options: read from STRATA_<NAME> environment variables on first use.
  * ---------------------------------------------------------------------------------------- */
 

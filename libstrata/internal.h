@@ -21,6 +21,7 @@
 
 #include "strata.h"
 #include "strata_channel.h"
+#include "machine/machine.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -136,7 +137,6 @@ typedef enum option_id_e {
 enum { UNWIND_FP = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
 const char *_strata_option_str(option_id_t id);  /* string options: NULL when unset */
-enum { BIND_PREFERRED = 0, BIND_STRICT = 1 };
 void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- stats.c: one field list, expanded into the counters, the table and the JSON ------- */
@@ -310,18 +310,8 @@ void _strata_rules_apply(strata_context_t *c);
 void _strata_report_write(void);
 arena_t *_strata_directive_arena(int32_t directive);
 
-/* ---- machine/linux.c: the machine interface -------------------------------------------- */
+/* ---- machine/linux.c: the machine interface (machine/machine.h) ------------------------ */
 
-typedef struct strata_machine_s {
-  const char *name;
-  /* Bind [p, p+len) to the nodes of nodemask (mode BIND_PREFERRED: first node preferred,
-   * falling back; BIND_STRICT: only those nodes). 0 or -errno. */
-  int (*bind)(void *p, size_t len, uint64_t nodemask, int mode);
-  /* For each page address, its node (>= 0) or -errno (-ENOENT: not present). 0 or -errno. */
-  int (*where)(void *const *pages, size_t n, int *status);
-  /* Move each page to nodes[i]; status as for where. 0 or -errno. */
-  int (*move)(void *const *pages, size_t n, const int *nodes, int *status);
-} strata_machine_t;
 extern const strata_machine_t *_strata_machine;
 extern const strata_machine_t _strata_machine_linux;
 void *_strata_prim_map(size_t size, size_t align);  /* zeroed, aligned; NULL on failure */

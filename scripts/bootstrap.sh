@@ -27,6 +27,8 @@ have memcached || need_pkgs+=(memcached)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || need_pkgs+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ] || need_pkgs+=(libmimalloc2.0)
 have valgrind || need_pkgs+=(valgrind)
+# the emulated machine: clang builds programs with SanitizerCoverage load/store hooks
+have clang-14 || need_pkgs+=(clang-14)
 # the real YCSB client: Java and Maven (site.ycsb:core comes from Maven Central)
 have java || need_pkgs+=(default-jdk-headless)
 have mvn || need_pkgs+=(maven)

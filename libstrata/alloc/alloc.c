@@ -162,6 +162,7 @@ void *strata_realloc(void *p, size_t size) {
 int strata_where(const void *p, size_t len, strata_residency_t *r) {
   memset(r, 0, sizeof *r);
   if (!len) return 0;
+  (void)strata_topology(); /* decides the machine */
   uintptr_t first = (uintptr_t)p & ~(PAGE_SIZE - 1);
   uintptr_t end = align_up((uintptr_t)p + len, PAGE_SIZE);
   enum { BATCH = 256 };

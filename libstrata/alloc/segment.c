@@ -105,7 +105,8 @@ static void bind_range(int pool, void *p, size_t len) {
   if (pool == 0) return;
   int tier = pool - 1;
   STAT_ADD(bind_calls, 1);
-  int rc = _strata_machine->bind(p, len, _strata_tier_nodemask(tier), (int)_strata_option(OPT_BIND));
+  uint64_t nodes = _strata_tier_nodemask(tier); /* first: topology decides the machine */
+  int rc = _strata_machine->bind(p, len, nodes, (int)_strata_option(OPT_BIND));
   if (rc != 0) {
     STAT_ADD(bind_failed, 1);
     _strata_message("strata: %s machine could not bind %zu bytes to tier %d (errno %d)\n",

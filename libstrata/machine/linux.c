@@ -2,16 +2,19 @@
  * system calls (mbind, move_pages), called directly so libstrata needs no libnuma.
  *
  * The machine is reached through _strata_machine, so the emulated machine can stand in for
- * this one without libstrata knowing. */
+ * this one without libstrata knowing: topo.c switches to it when the program is linked with
+ * libstrata_emu.so (see machine.h). */
 #include "internal.h"
 
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MPOL_PREFERRED 1
 #define MPOL_BIND 2
+#define MPOL_INTERLEAVE 3
 #define MPOL_MF_MOVE (1 << 1)
 
 void *_strata_prim_map(size_t size, size_t align) {
@@ -38,6 +41,7 @@ void _strata_prim_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED);
 static int linux_bind(void *p, size_t len, uint64_t nodemask, int mode) {
   unsigned long mask = (unsigned long)nodemask;
   int mpol = MPOL_BIND;
+  if (mode == BIND_INTERLEAVE) mpol = MPOL_INTERLEAVE;
   if (mode == BIND_PREFERRED) {
     mpol = MPOL_PREFERRED; /* one node: the lowest of the tier */
     mask = nodemask & (~nodemask + 1);
@@ -58,5 +62,17 @@ static int linux_move(void *const *pages, size_t n, const int *nodes, int *statu
   return 0;
 }
 
-const strata_machine_t _strata_machine_linux = {"linux", linux_bind, linux_where, linux_move};
+const strata_machine_t _strata_machine_linux = {"linux", linux_bind, linux_where, linux_move, NULL};
 const strata_machine_t *_strata_machine = &_strata_machine_linux;
+
+/* Provided by the emulated machine when the program is linked with it. */
+__attribute__((weak, visibility("default"))) uint64_t strata_emu_now_ns(void);
+
+int strata_emulated(void) { return strata_emu_now_ns != NULL; }
+
+uint64_t strata_now_ns(void) {
+  if (strata_emu_now_ns) return strata_emu_now_ns();
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

@@ -250,6 +250,11 @@ static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
 
 static void topo_init(void) {
   static strata_topology_t t;
+  if (strata_emu_machine) _strata_machine = strata_emu_machine();
+  if (_strata_machine->topology && _strata_machine->topology(&t) == 0) {
+    process_topo = &t;
+    return;
+  }
   const char *root = _strata_option_str(OPT_SYSFS);
   const char *override = _strata_option_str(OPT_TIERS);
   if (!root) root = "/sys";
@@ -264,6 +269,7 @@ static void topo_init(void) {
   process_topo = &t;
 }
 
+/* The process topology; also decides the machine (Linux, or the emulated one). */
 const strata_topology_t *strata_topology(void) {
   pthread_once(&topo_once, topo_init);
   return process_topo;

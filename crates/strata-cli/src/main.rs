@@ -4,6 +4,7 @@
 //! output pipe (`strata topo | head -1`) ends the command quietly with 0.
 mod bench;
 mod config;
+mod emu;
 mod kv;
 mod output;
 mod run;
@@ -24,7 +25,11 @@ Examples:
   strata run --report -- python3 x.py   run a program under Strata, report its contexts
   strata kv serve --variant nextto   the M2T key-value store on 127.0.0.1:6380 (redis-cli works)
   strata bench ycsb                YCSB on strata-kv: std vs nextto
-  strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier";
+  strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier
+  strata emu cc -O2 x.c -o x       build a C program for the emulated machine
+  strata emu run --preset m2t --fast-ratio 0.25 --kernel tpp -- ./x
+                                   run it on emulated tiers; report caches, TLBs, migrations
+  strata emu validate              the emulator vs cachegrind and vs native runs";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
@@ -48,6 +53,9 @@ enum Command {
     /// Run a benchmark (native measurements on this machine)
     #[command(subcommand)]
     Bench(bench::Command),
+    /// The emulated tiered machine: build programs for it, run them, validate it
+    #[command(subcommand)]
+    Emu(emu::EmuCommand),
     /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
     #[command(subcommand)]
     Vm(vm::VmCommand),
@@ -61,6 +69,7 @@ fn main() {
         Command::Run(a) => run::run(a),
         Command::Kv(k) => kv::run(k),
         Command::Vm(v) => vm::run(v),
+        Command::Emu(e) => emu::run(e),
     });
     match result {
         Ok(code) => std::process::exit(code),

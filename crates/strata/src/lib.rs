@@ -271,6 +271,18 @@ pub fn page_of<T: ?Sized>(p: *const T) -> usize {
     (p as *const u8 as usize) >> 12
 }
 
+/// The machine's clock in nanoseconds: monotonic time natively, the calling thread's simulated
+/// clock when the program runs on the emulated machine (built with `strata emu cargo`). Time
+/// benchmarks with this and they report per simulated second there.
+pub fn now_ns() -> u64 {
+    unsafe { sys::strata_now_ns() }
+}
+
+/// True when the program runs on the emulated machine.
+pub fn emulated() -> bool {
+    unsafe { sys::strata_emulated() != 0 }
+}
+
 /// A statistics counter of libstrata by name (see `stats_json`), `None` if unknown.
 pub fn stat(name: &str) -> Option<i64> {
     let c = std::ffi::CString::new(name).ok()?;

@@ -10,7 +10,6 @@
 //! machine's noise. The speed-up is a ratio from one run.
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::time::Instant;
 
 use serde::Serialize;
 use strata_sys as sys;
@@ -32,6 +31,13 @@ pub struct Args {
     /// Timed rounds (each round traverses every list once per variant)
     #[arg(long, default_value_t = 7)]
     rounds: usize,
+    /// Variants to build and time (malloc and next_to are needed for the speed-up)
+    #[arg(long, value_delimiter = ',', default_value = "malloc,strata,next_to")]
+    variants: Vec<String>,
+    /// Do not count pages per traversal (they need a sort of every node address: slow on the
+    /// emulated machine, which `strata emu validate` runs this on)
+    #[arg(long)]
+    skip_pages: bool,
     /// Print JSON: {pages_per_traversal: {malloc, strata, next_to}, traversal_speedup, ...}
     #[arg(long)]
     json: bool,
@@ -201,6 +207,7 @@ impl Drop for Lists {
 
 #[derive(Serialize)]
 struct Report {
+    /// "native", or "emulated" (times are simulated: see `strata emu run`)
     machine: &'static str,
     lists: usize,
     nodes_per_list: usize,
@@ -215,8 +222,8 @@ struct Report {
     traversal_nodes_per_sec: BTreeMap<&'static str, f64>,
     /// next_to throughput / malloc throughput, medians from the same rounds
     traversal_speedup: f64,
-    /// malloc pages per traversal / next_to pages per traversal
-    page_reduction: f64,
+    /// malloc pages per traversal / next_to pages per traversal (null with --skip-pages)
+    page_reduction: Option<f64>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -233,8 +240,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             progress("locality", m)
         }
     };
+    let chosen: Vec<Variant> = Variant::ALL
+        .into_iter()
+        .filter(|v| a.variants.iter().any(|n| n == v.name()))
+        .collect();
+    for n in &a.variants {
+        anyhow::ensure!(
+            Variant::ALL.iter().any(|v| v.name() == n),
+            "unknown variant '{n}' (malloc, strata, next_to)"
+        );
+    }
+    anyhow::ensure!(
+        chosen.contains(&Variant::Malloc) && chosen.contains(&Variant::NextTo),
+        "--variants must include malloc and next_to (the speed-up compares them)"
+    );
     let mut built = Vec::new();
-    for v in Variant::ALL {
+    for v in chosen.iter().copied() {
         say(&format!(
             "building {} lists x {} nodes of {} B with {}",
             a.lists,
@@ -257,9 +278,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for r in 0..a.rounds {
         say(&format!("traversal round {}/{}", r + 1, a.rounds));
         for l in &built {
-            let t = Instant::now();
+            let t = strata::now_ns(); // simulated time on the emulated machine
             let sum = l.traverse();
-            let dt = t.elapsed().as_secs_f64();
+            let dt = (strata::now_ns() - t).max(1) as f64 * 1e-9;
             anyhow::ensure!(sum == expect, "{}: lists are corrupt", l.variant.name());
             rates.entry(l.variant).or_default().push(nodes / dt);
         }
@@ -268,21 +289,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut foot = BTreeMap::new();
     let mut speed = BTreeMap::new();
     for l in &built {
-        let (per, all) = l.pages();
-        pages.insert(l.variant.name(), per);
-        foot.insert(l.variant.name(), all);
+        if !a.skip_pages {
+            let (per, all) = l.pages();
+            pages.insert(l.variant.name(), per);
+            foot.insert(l.variant.name(), all);
+        }
         speed.insert(l.variant.name(), median(rates[&l.variant].clone()));
     }
     drop(built);
     let report = Report {
-        machine: "native",
+        machine: if strata::emulated() { "emulated" } else { "native" },
         lists: a.lists,
         nodes_per_list: a.nodes,
         node_bytes: a.node_bytes,
         rounds: a.rounds,
         page_bytes: 4096,
         traversal_speedup: speed["next_to"] / speed["malloc"],
-        page_reduction: pages["malloc"] / pages["next_to"],
+        page_reduction: match (pages.get("malloc"), pages.get("next_to")) {
+            (Some(m), Some(n)) => Some(m / n),
+            _ => None,
+        },
         pages_per_traversal: pages,
         footprint_pages: foot,
         traversal_nodes_per_sec: speed,
@@ -291,26 +317,35 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return emit_json(&report);
     }
     let mut s = format!(
-        "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin (native, this machine)\n\n",
-        a.lists, a.nodes, a.node_bytes
+        "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin ({})\n\n",
+        a.lists,
+        a.nodes,
+        a.node_bytes,
+        if strata::emulated() { "emulated machine, simulated time" } else { "native, this machine" }
     );
     s += &format!(
         "{:<9} {:>16} {:>16} {:>20}\n",
         "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s"
     );
-    for v in Variant::ALL {
+    for v in &chosen {
         let n = v.name();
+        let na = || "-".to_string();
         s += &format!(
-            "{:<9} {:>16.1} {:>16} {:>20.1}\n",
+            "{:<9} {:>16} {:>16} {:>20.1}\n",
             n,
-            report.pages_per_traversal[n],
-            report.footprint_pages[n],
+            report.pages_per_traversal.get(n).map_or_else(na, |p| format!("{p:.1}")),
+            report.footprint_pages.get(n).map_or_else(na, |p| p.to_string()),
             report.traversal_nodes_per_sec[n] / 1e6
         );
     }
+    if let Some(r) = report.page_reduction {
+        s += &format!("\nnext_to vs malloc: {r:.1}x fewer pages per list traversal");
+    } else {
+        s += "\nnext_to vs malloc:";
+    }
     s += &format!(
-        "\nnext_to vs malloc: {:.1}x fewer pages per list traversal, {:.2}x traversal speed-up (median of {} rounds)\n",
-        report.page_reduction, report.traversal_speedup, a.rounds
+        ", {:.2}x traversal speed-up (median of {} rounds)\n",
+        report.traversal_speedup, a.rounds
     );
     emit(&s)
 }

@@ -1,0 +1,256 @@
+//! `strata emu calibrate`: measure this machine for the `host` preset. Pointer chases (one
+//! random cycle through 64-byte lines) give the load-to-use latency of each cache level and of
+//! memory; the same chase with 4 KiB pages instead of 2 MiB ones gives the page-walk cost; a
+//! streaming read gives one thread's bandwidth, and with the memory latency the
+//! memory-level parallelism of a stream (mlp = latency / line transfer time).
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::output::{emit, emit_json, progress};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print JSON
+    #[arg(long)]
+    json: bool,
+    /// No progress lines
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// The cost of an L1 hit in every preset (see emu/api.c).
+pub const L1_BASE_NS: f64 = 1.0;
+
+/// One cache level as sysfs describes it.
+#[derive(Serialize, Clone, Copy, Debug)]
+pub struct Level {
+    pub bytes: u64,
+    pub ways: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Calibration {
+    pub l1: Level,
+    pub l2: Level,
+    pub llc: Level,
+    pub l1_ns: f64,
+    pub l2_ns: f64,
+    pub llc_ns: f64,
+    pub memory_ns: f64,
+    pub walk_ns: f64,
+    pub stream_mbps: f64,
+    pub mlp: f64,
+    pub memory_bytes: u64,
+}
+
+impl Calibration {
+    /// As emulator settings: one tier with this machine's caches and latencies.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        let s = |k: &str, v: String| (k.to_string(), v);
+        vec![
+            s("nodes", "1".into()),
+            s("read_ns", format!("{:.1}", self.memory_ns)),
+            s("write_ns", format!("{:.1}", self.memory_ns)),
+            s("read_mbps", format!("{:.0}", self.stream_mbps)),
+            s("write_mbps", format!("{:.0}", self.stream_mbps)),
+            s("capacity", self.memory_bytes.to_string()),
+            s("l1", self.l1.bytes.to_string()),
+            s("l1_ways", self.l1.ways.to_string()),
+            s("l2", self.l2.bytes.to_string()),
+            s("l2_ways", self.l2.ways.to_string()),
+            s("llc", self.llc.bytes.to_string()),
+            s("llc_ways", self.llc.ways.to_string()),
+            // an L1 hit costs a base cost standing in for compute (as in every preset), not
+            // the load-to-use latency: most L1 hits are off the critical path
+            s("l1_ns", L1_BASE_NS.to_string()),
+            s("l2_ns", format!("{:.2}", self.l2_ns)),
+            s("llc_ns", format!("{:.2}", self.llc_ns)),
+            s("walk_ns", format!("{:.1}", self.walk_ns)),
+            s("mlp", format!("{:.2}", self.mlp)),
+        ]
+    }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn size(s: &str) -> Option<u64> {
+    let (n, m) = match s.strip_suffix('K') {
+        Some(n) => (n, 1024),
+        None => match s.strip_suffix('M') {
+            Some(n) => (n, 1 << 20),
+            None => (s, 1),
+        },
+    };
+    n.parse::<u64>().ok().map(|v| v * m)
+}
+
+/// The data and unified caches of cpu0 by level (L1D, L2, last level).
+fn caches() -> anyhow::Result<(Level, Level, Level)> {
+    let mut levels: Vec<(u32, Level)> = Vec::new();
+    for i in 0..8 {
+        let d = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+        let (Some(level), Some(kind), Some(sz), Some(ways)) = (
+            read(&format!("{d}/level")),
+            read(&format!("{d}/type")),
+            read(&format!("{d}/size")),
+            read(&format!("{d}/ways_of_associativity")),
+        ) else {
+            continue;
+        };
+        if kind == "Instruction" {
+            continue;
+        }
+        if let (Ok(l), Some(b), Ok(w)) = (level.parse(), size(&sz), ways.parse()) {
+            levels.push((l, Level { bytes: b, ways: w }));
+        }
+    }
+    levels.sort_by_key(|(l, _)| *l);
+    anyhow::ensure!(levels.len() >= 3, "sysfs describes fewer than three data cache levels");
+    Ok((levels[0].1, levels[1].1, levels[levels.len() - 1].1))
+}
+
+/// An anonymous mapping, 2 MiB aligned, with or without transparent huge pages.
+struct Buffer {
+    base: *mut u8,
+    map: *mut libc::c_void,
+    map_len: usize,
+}
+
+impl Buffer {
+    fn new(bytes: usize, huge: bool) -> anyhow::Result<Buffer> {
+        let map_len = bytes + (2 << 20);
+        let map = unsafe {
+            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE,
+                       libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        anyhow::ensure!(map != libc::MAP_FAILED, "mmap of {bytes} bytes failed");
+        let base = ((map as usize + (2 << 20) - 1) & !((2 << 20) - 1)) as *mut u8;
+        let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        unsafe { libc::madvise(base as *mut libc::c_void, bytes, advice) };
+        Ok(Buffer { base, map, map_len })
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+/// ns per hop of a chase through one random cycle over the lines of `bytes`.
+fn chase(bytes: usize, huge: bool, hops: u64) -> anyhow::Result<f64> {
+    let buf = Buffer::new(bytes, huge)?;
+    let lines = bytes / 64;
+    let mut order: Vec<u32> = (0..lines as u32).collect();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for i in (1..lines).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        order.swap(i, ((x >> 17) % i as u64) as usize); // Sattolo: a single cycle
+    }
+    let base = buf.base as *mut usize;
+    for i in 0..lines {
+        unsafe { *base.add(i * 8) = order[i] as usize * 8 };
+    }
+    let mut p = 0usize;
+    for _ in 0..lines.min(1 << 20) {
+        p = unsafe { *base.add(p) }; // warm up: fault in, fill caches and TLBs
+    }
+    let t = Instant::now();
+    for _ in 0..hops {
+        p = unsafe { *base.add(p) };
+    }
+    let ns = t.elapsed().as_nanos() as f64 / hops as f64;
+    std::hint::black_box(p);
+    Ok(ns)
+}
+
+/// One thread's streaming read bandwidth in MB/s.
+fn stream(bytes: usize) -> anyhow::Result<f64> {
+    let buf = Buffer::new(bytes, true)?;
+    let words = unsafe { std::slice::from_raw_parts_mut(buf.base as *mut u64, bytes / 8) };
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = i as u64;
+    }
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s: u64 = words.iter().fold(0u64, |a, &w| a.wrapping_add(w));
+        std::hint::black_box(s);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(bytes as f64 / best / 1e6)
+}
+
+fn mem_total() -> u64 {
+    read("/proc/meminfo")
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(1 << 34, |kb| kb * 1024)
+}
+
+/// Measure (a few seconds).
+pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
+    let say = |m: &str| {
+        if !quiet {
+            progress("calibrate", m)
+        }
+    };
+    let (l1, l2, llc) = caches()?;
+    say("pointer chases: L1, L2, last-level cache");
+    let l1_ns = chase((l1.bytes / 2) as usize, true, 20_000_000)?;
+    let l2_ns = chase((l2.bytes / 2) as usize, true, 10_000_000)?;
+    // just beyond L2: on shared or virtualised machines the usable LLC can be far smaller
+    // than sysfs says, and this is what a miss in L2 really costs here
+    let llc_ns = chase((2 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
+    let big = (4 * llc.bytes as usize).max(256 << 20);
+    say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
+    let memory_ns = chase(big, true, 2_000_000)?;
+    let small_pages_ns = chase(big, false, 2_000_000)?;
+    say("streaming read");
+    let stream_mbps = stream(big)?;
+    let line_ns = 64.0 * 1000.0 / stream_mbps;
+    Ok(Calibration {
+        l1,
+        l2,
+        llc,
+        l1_ns,
+        l2_ns,
+        llc_ns,
+        memory_ns,
+        walk_ns: (small_pages_ns - memory_ns).max(0.0),
+        stream_mbps,
+        mlp: (memory_ns / line_ns).max(1.0),
+        memory_bytes: mem_total(),
+    })
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let c = measure(a.quiet)?;
+    if a.json {
+        return emit_json(&c);
+    }
+    let mut s = String::from("host preset (measured natively on this machine)\n");
+    s += &format!(
+        "caches: L1D {} KiB {}-way, L2 {} KiB {}-way, LLC {} KiB {}-way (sysfs)\n",
+        c.l1.bytes >> 10, c.l1.ways, c.l2.bytes >> 10, c.l2.ways, c.llc.bytes >> 10, c.llc.ways
+    );
+    s += &format!(
+        "latency (pointer chase): L1 {:.2} ns (the emulator charges L1 hits {L1_BASE_NS} ns), L2 {:.2} ns, LLC {:.2} ns, memory {:.1} ns\n",
+        c.l1_ns, c.l2_ns, c.llc_ns, c.memory_ns
+    );
+    s += &format!(
+        "page walk (4 KiB vs 2 MiB pages, memory chase): {:.1} ns\nstreaming read, one thread: {:.0} MB/s, so mlp {:.2}\n",
+        c.walk_ns, c.stream_mbps, c.mlp
+    );
+    s += "\nas emulator settings:\n";
+    for (k, v) in c.settings() {
+        s += &format!("  {k}={v}\n");
+    }
+    emit(&s)
+}

@@ -1,0 +1,273 @@
+//! `strata emu validate`: is the emulator right, and is it fast enough?
+//!   1. cache misses vs cachegrind: three workloads (emu/workloads/access.c: sequential scan,
+//!      random reads, pointer chase) run plain under `valgrind --tool=cachegrind` and
+//!      instrumented on the emulator, both with the same D1 and LL geometry (no L2, as
+//!      cachegrind has none); D1 and LL data misses are compared;
+//!   2. layout speed-up vs reality: `strata bench locality` (malloc lists vs next_to lists),
+//!      natively and, built with `strata emu cargo`, on the `host` preset (this machine,
+//!      calibrated first; one tier);
+//!   3. speed: simulated accesses per second of wall time, and slowdown vs native.
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command as Proc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{host_triple, run_emulated, Machine};
+use crate::output::{emit, emit_json, progress};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Smaller workloads (seconds instead of a minute; what the test suite runs)
+    #[arg(long)]
+    quick: bool,
+    /// Print JSON: max_miss_rel_err, layout_speedup_native, layout_speedup_emulated,
+    /// accesses_per_sec, and the details
+    #[arg(long)]
+    json: bool,
+    /// No progress lines
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// The geometry both cachegrind and the emulator use for the comparison.
+const D1: (u64, u64) = (32 << 10, 8);
+const LL: (u64, u64) = (8 << 20, 16);
+
+#[derive(Serialize)]
+struct Workload {
+    name: String,
+    args: Vec<String>,
+    cachegrind_d1_misses: u64,
+    cachegrind_ll_misses: u64,
+    emulator_d1_misses: u64,
+    emulator_ll_misses: u64,
+    d1_rel_err: f64,
+    ll_rel_err: f64,
+    accesses: u64,
+    native_s: f64,
+    emulated_s: f64,
+    accesses_per_sec: f64,
+    slowdown: f64,
+}
+
+#[derive(Serialize)]
+struct Layout {
+    args: Vec<String>,
+    native_nodes_per_sec: Value,
+    emulated_nodes_per_sec: Value,
+    accesses: u64,
+    native_s: f64,
+    emulated_s: f64,
+    accesses_per_sec: f64,
+    slowdown: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    /// worst relative difference of a miss count (D1 or LL) vs cachegrind, as a fraction
+    max_miss_rel_err: f64,
+    layout_speedup_native: f64,
+    layout_speedup_emulated: f64,
+    /// emulated / native layout speed-up
+    layout_ratio: f64,
+    /// simulated accesses per second of wall time over every emulated run (one thread each)
+    accesses_per_sec: f64,
+    /// emulated wall time / native wall time over the same runs
+    slowdown: f64,
+    geometry: Value,
+    workloads: Vec<Workload>,
+    layout: Layout,
+    host: Machine,
+}
+
+fn built(name: &str) -> anyhow::Result<PathBuf> {
+    crate::run::find_built(name, "STRATA_EMU_BUILD_UNUSED", None, "make emu", "(none)")
+}
+
+/// The `strata` binary built for the emulated machine by `make emu`.
+fn emu_strata() -> anyhow::Result<PathBuf> {
+    let p = super::cargo_target_dir().join(host_triple()?).join("release/strata");
+    if !p.is_file() {
+        bail!("{} not found: build it with `make emu`", p.display());
+    }
+    Ok(p)
+}
+
+fn wall(cmd: &mut Proc) -> anyhow::Result<(f64, Vec<u8>)> {
+    let t = Instant::now();
+    let o = cmd.output().with_context(|| format!("running {:?}", cmd.get_program()))?;
+    let s = t.elapsed().as_secs_f64();
+    if !o.status.success() {
+        bail!("{:?} failed: {}", cmd.get_program(), String::from_utf8_lossy(&o.stderr));
+    }
+    Ok((s, o.stdout))
+}
+
+/// Parse "==123== D1  misses:  3,147,600  (..." style lines of cachegrind's summary.
+fn cachegrind_count(text: &str, label: &str) -> anyhow::Result<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.contains(label))
+        .with_context(|| format!("cachegrind printed no '{label}' line"))?;
+    let after = line.split(label).nth(1).unwrap_or("").trim_start();
+    let num: String = after.chars().take_while(|c| c.is_ascii_digit() || *c == ',').collect();
+    num.replace(',', "").parse().with_context(|| format!("cachegrind's '{line}'"))
+}
+
+fn rel(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        return if a == 0 { 0.0 } else { 1.0 };
+    }
+    (a as f64 - b as f64).abs() / b as f64
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let say = |m: &str| {
+        if !a.quiet {
+            progress("validate", m)
+        }
+    };
+    let plain = built("emu/access")?;
+    let instrumented = built("emu/access-emu")?;
+    let (mib, n) = if a.quick { ("32", "1000000") } else { ("64", "4000000") };
+    let runs: [(&str, Vec<&str>); 3] = [
+        ("sequential scan", vec!["seq", mib, "2"]),
+        ("random reads", vec!["random", mib, n]),
+        ("pointer chase", vec!["chase", mib, n]),
+    ];
+    let mut cg_machine = Machine::preset("m2t", true)?;
+    for (k, v) in [("l1", D1.0), ("l1_ways", D1.1), ("l2", 0), ("llc", LL.0), ("llc_ways", LL.1)] {
+        cg_machine.set(k, &v.to_string());
+    }
+    let mut workloads = Vec::new();
+    for (name, args) in &runs {
+        say(&format!("{name}: cachegrind, native, emulated"));
+        let o = Proc::new("valgrind")
+            .args(["--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"])
+            .arg(format!("--D1={},{},64", D1.0, D1.1))
+            .arg(format!("--I1={},{},64", D1.0, D1.1))
+            .arg(format!("--LL={},{},64", LL.0, LL.1))
+            .arg(&plain)
+            .args(args)
+            .output()
+            .context("running valgrind (install valgrind)")?;
+        let text = String::from_utf8_lossy(&o.stderr);
+        anyhow::ensure!(o.status.success(), "cachegrind failed: {text}");
+        let cg_d1 = cachegrind_count(&text, "D1  misses:")?;
+        let cg_ll = cachegrind_count(&text, "LLd misses:")?;
+        let (native_s, _) = wall(Proc::new(&plain).args(args))?;
+        let mut c = Proc::new(&instrumented);
+        c.args(args);
+        let (st, _, rep) = run_emulated(&cg_machine, &mut c, true)?;
+        anyhow::ensure!(st.success(), "{} {:?} failed on the emulator", instrumented.display(), args);
+        let (d1, ll) = (rep.total("l1_misses"), rep.total("llc_misses"));
+        let acc = rep.total("accesses");
+        workloads.push(Workload {
+            name: name.to_string(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            cachegrind_d1_misses: cg_d1,
+            cachegrind_ll_misses: cg_ll,
+            emulator_d1_misses: d1,
+            emulator_ll_misses: ll,
+            d1_rel_err: rel(d1, cg_d1),
+            ll_rel_err: rel(ll, cg_ll),
+            accesses: acc,
+            native_s,
+            emulated_s: rep.wall_s,
+            accesses_per_sec: acc as f64 / rep.wall_s,
+            slowdown: rep.wall_s / native_s,
+        });
+    }
+
+    say("calibrating the host preset");
+    let mut host = Machine::preset("host", a.quiet)?;
+    host.set("huge", "0");
+    let (lists, nodes, rounds) = if a.quick { ("256", "2000", "2") } else { ("1024", "8000", "3") };
+    let largs: Vec<String> = [
+        "bench", "locality", "--lists", lists, "--nodes", nodes, "--rounds", rounds,
+        "--variants", "malloc,next_to", "--skip-pages", "--json", "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    say(&format!("layout: strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages)"));
+    let mut native = Proc::new(std::env::current_exe()?);
+    native.args(&largs);
+    unsafe {
+        // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
+        native.pre_exec(|| {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let (native_s, out) = wall(&mut native)?;
+    let nat: Value = serde_json::from_slice(&out).context("native locality JSON")?;
+    say("layout: the same on the emulated host preset");
+    let mut emu = Proc::new(emu_strata()?);
+    emu.args(&largs);
+    let (st, out, rep) = run_emulated(&host, &mut emu, true)?;
+    anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
+    let em: Value = serde_json::from_slice(&out).context("emulated locality JSON")?;
+    anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
+    let sp_n = nat["traversal_speedup"].as_f64().context("native traversal_speedup")?;
+    let sp_e = em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?;
+    let lacc = rep.total("accesses");
+    let layout = Layout {
+        args: largs,
+        native_nodes_per_sec: nat["traversal_nodes_per_sec"].clone(),
+        emulated_nodes_per_sec: em["traversal_nodes_per_sec"].clone(),
+        accesses: lacc,
+        native_s,
+        emulated_s: rep.wall_s,
+        accesses_per_sec: lacc as f64 / rep.wall_s,
+        slowdown: rep.wall_s / native_s,
+    };
+
+    let acc: u64 = workloads.iter().map(|w| w.accesses).sum::<u64>() + layout.accesses;
+    let esec: f64 = workloads.iter().map(|w| w.emulated_s).sum::<f64>() + layout.emulated_s;
+    let nsec: f64 = workloads.iter().map(|w| w.native_s).sum::<f64>() + layout.native_s;
+    let report = Report {
+        max_miss_rel_err: workloads.iter().map(|w| w.d1_rel_err.max(w.ll_rel_err)).fold(0.0, f64::max),
+        layout_speedup_native: sp_n,
+        layout_speedup_emulated: sp_e,
+        layout_ratio: sp_e / sp_n,
+        accesses_per_sec: acc as f64 / esec,
+        slowdown: esec / nsec,
+        geometry: serde_json::json!({"d1_bytes": D1.0, "d1_ways": D1.1, "ll_bytes": LL.0, "ll_ways": LL.1, "line": 64}),
+        workloads,
+        layout,
+        host,
+    };
+    if a.json {
+        return emit_json(&report);
+    }
+    let mut s = format!(
+        "cache misses vs cachegrind (D1 {} KiB {}-way, LL {} MiB {}-way, 64 B lines)\n",
+        D1.0 >> 10, D1.1, LL.0 >> 20, LL.1
+    );
+    s += &format!(
+        "{:<16} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8} {:>10} {:>9}\n",
+        "workload", "D1 cg", "D1 emu", "diff", "LL cg", "LL emu", "diff", "Macc/s", "slowdown"
+    );
+    for w in &report.workloads {
+        s += &format!(
+            "{:<16} {:>12} {:>12} {:>7.3}% {:>12} {:>12} {:>7.3}% {:>10.1} {:>8.1}x\n",
+            w.name, w.cachegrind_d1_misses, w.emulator_d1_misses, 100.0 * w.d1_rel_err,
+            w.cachegrind_ll_misses, w.emulator_ll_misses, 100.0 * w.ll_rel_err,
+            w.accesses_per_sec / 1e6, w.slowdown
+        );
+    }
+    s += &format!(
+        "\nlayout (strata bench locality, next_to vs malloc): native {:.2}x, emulated (host preset) {:.2}x, ratio {:.2}\n",
+        sp_n, sp_e, report.layout_ratio
+    );
+    s += &format!(
+        "emulator speed: {:.1} M simulated accesses/s, {:.1}x slower than native (all runs above)\n",
+        report.accesses_per_sec / 1e6, report.slowdown
+    );
+    emit(&s)
+}

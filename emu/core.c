@@ -1,0 +1,360 @@
+/* core.c: the per-access path. Every instrumented load and store arrives here through the
+ * SanitizerCoverage hooks (__sanitizer_cov_load1..16 / store1..16); bulk copies arrive
+ * through the memcpy/memmove/memset this library interposes. Each access goes through the
+ * thread's TLBs and caches and is charged on the thread's simulated clock.
+ *
+ * The fast path (same cache line as the thread's previous access) is a handful of
+ * instructions; the emulator is compiled without instrumentation and never calls the
+ * functions it interposes (-fno-builtin, and no loops the compiler turns into memcpy). */
+#include "emu.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+_Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
+_Atomic uint64_t emu_tlb_gen;
+lru_t emu_llc;
+double emu_queue_factor[EMU_MAX_NODES] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+static emu_thread_t *threads[EMU_MAX_THREADS];
+static _Atomic int nthreads;
+/* per thread and node: bytes/(epoch * bandwidth) of its last epoch, summed for queueing */
+static double thread_util[EMU_MAX_THREADS][EMU_MAX_NODES];
+static uint64_t stream_ps[EMU_MAX_NODES], rd_ps[EMU_MAX_NODES], wr_ps[EMU_MAX_NODES];
+static uint64_t stlb_ps, walk_ps, epoch_ps;
+
+static void *raw_alloc(size_t n) {
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- set-associative LRU arrays (caches and TLBs) ------------------------------------- */
+
+int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
+  c->sets = 0;
+  if (!entries) return 0; /* level absent */
+  if (!ways || entries % ways) return -1;
+  c->ways = ways;
+  c->sets = entries / ways;
+  c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : 0;
+  c->keys = raw_alloc(entries * sizeof(uint64_t));
+  return c->keys ? 0 : -1;
+}
+
+/* Power-of-two set counts index by the low bits, as cachegrind does. Others (a 60 MiB
+ * 12-way LLC has 81920 sets) hash the key and scale it to the set count (multiply-shift, no
+ * division), as real LLCs hash addresses to slices. */
+static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
+  uint64_t s = c->mask || c->sets == 1
+                   ? key & c->mask
+                   : (uint64_t)(((unsigned __int128)(key * 0x9e3779b97f4a7c15ull) * c->sets) >> 64);
+  return c->keys + s * c->ways;
+}
+
+/* Touch key: a hit moves it to way 0; a miss inserts it at way 0 and drops the least recent.
+ * One pass: shift ways down until the key (or the end) is reached. */
+static inline __attribute__((always_inline)) int touch(lru_t *c, uint64_t key) {
+  uint64_t *set = lru_set(c, key), k = key + 1;
+  if (set[0] == k) return 1;
+  uint64_t prev = set[0];
+  set[0] = k;
+  for (uint64_t i = 1; i < c->ways; i++) {
+    uint64_t cur = set[i];
+    set[i] = prev;
+    if (cur == k) return 1;
+    prev = cur;
+  }
+  return 0;
+}
+
+int lru_touch(lru_t *c, uint64_t key) { return touch(c, key); }
+
+void lru_remove(lru_t *c, uint64_t key) {
+  if (!c->sets) return;
+  uint64_t *set = lru_set(c, key), k = key + 1;
+  for (uint64_t i = 0; i < c->ways; i++) {
+    if (set[i] != k) continue;
+    for (; i + 1 < c->ways; i++) set[i] = set[i + 1];
+    set[c->ways - 1] = 0;
+    return;
+  }
+}
+
+void lru_flush(lru_t *c) {
+  for (uint64_t i = 0; c->sets && i < c->sets * c->ways; i++) c->keys[i] = 0;
+}
+
+/* ---- threads ---------------------------------------------------------------------------- */
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void global_init(void) {
+  emu_config_load();
+  if (lru_init(&emu_llc, emu_cfg.llc_bytes >> EMU_LINE_SHIFT, emu_cfg.llc_ways)) emu_llc.sets = 0;
+  for (int n = 0; n < emu_cfg.nnodes; n++) {
+    rd_ps[n] = (uint64_t)emu_ps(emu_cfg.rd_ns[n]);
+    wr_ps[n] = (uint64_t)emu_ps(emu_cfg.wr_ns[n]);
+    double line_ns = (double)(1 << EMU_LINE_SHIFT) * 1000.0 / emu_cfg.rd_mbps[n];
+    double st = emu_cfg.rd_ns[n] / emu_cfg.mlp;
+    stream_ps[n] = (uint64_t)emu_ps(st > line_ns ? st : line_ns);
+  }
+  stlb_ps = (uint64_t)emu_ps(emu_cfg.stlb_ns);
+  walk_ps = (uint64_t)emu_ps(emu_cfg.walk_ns);
+  epoch_ps = (uint64_t)emu_ps(emu_cfg.epoch_ns);
+}
+
+emu_thread_t *emu_thread(void) {
+  if (emu_self) return emu_self;
+  pthread_once(&once, global_init);
+  int idx = atomic_fetch_add(&nthreads, 1);
+  if (idx >= EMU_MAX_THREADS) {
+    atomic_fetch_sub(&nthreads, 1);
+    return NULL; /* accesses of threads beyond the limit are not modelled */
+  }
+  emu_thread_t *t = raw_alloc(sizeof *t);
+  if (!t) return NULL;
+  const emu_config_t *c = &emu_cfg;
+  if (lru_init(&t->l1, c->l1_bytes >> EMU_LINE_SHIFT, c->l1_ways) ||
+      lru_init(&t->l2, c->l2_bytes >> EMU_LINE_SHIFT, c->l2_ways) ||
+      lru_init(&t->dtlb, c->huge ? c->dtlb2m : c->dtlb, c->dtlb_ways) ||
+      lru_init(&t->stlb, c->stlb, c->stlb_ways))
+    return NULL;
+  t->index = idx;
+  t->last_line = t->last_vpn = t->last_tlb_key = UINT64_MAX;
+  t->gen = atomic_load(&emu_tlb_gen);
+  t->cost_l1 = (uint64_t)emu_ps(c->l1_ns);
+  t->cost_l2 = (uint64_t)emu_ps(c->l2_ns);
+  t->cost_llc = (uint64_t)emu_ps(c->llc_ns);
+  t->cost_llc_stream = (uint64_t)emu_ps(c->llc_ns / c->mlp);
+  /* a new thread starts at the first thread's time: most programs spawn from main */
+  t->clock_ps = idx ? threads[0]->clock_ps : 0;
+  t->epoch_end_ps = t->clock_ps + epoch_ps;
+  t->sample_countdown = emu_cfg.sample_period;
+  threads[idx] = t;
+  emu_self = t;
+  return t;
+}
+
+int emu_nthreads(void) {
+  int n = atomic_load(&nthreads);
+  return n > EMU_MAX_THREADS ? EMU_MAX_THREADS : n;
+}
+emu_thread_t *emu_thread_at(int i) { return threads[i]; }
+
+/* ---- the access path -------------------------------------------------------------------- */
+
+/* End of a bandwidth epoch: publish this thread's use of each tier, and recompute each tier's
+ * latency factor from the sum (an M/D/1 queue: 1 + rho / (2 (1 - rho)), rho capped at 0.95). */
+static void epoch_end(emu_thread_t *t) {
+  static _Atomic uint64_t bg_seen[EMU_MAX_NODES];
+  double epoch_s = (double)epoch_ps * 1e-12;
+  int nt = emu_nthreads();
+  for (int n = 0; n < emu_cfg.nnodes; n++) {
+    double bw = emu_cfg.rd_mbps[n] * 1e6;
+    thread_util[t->index][n] = (double)t->epoch_bytes[n] / (bw * epoch_s);
+    t->epoch_bytes[n] = 0;
+    uint64_t bg = atomic_load_explicit(&emu_bg_bytes[n], memory_order_relaxed);
+    uint64_t seen = atomic_exchange_explicit(&bg_seen[n], bg, memory_order_relaxed);
+    double rho = (double)(bg - seen) / (bw * epoch_s);
+    for (int i = 0; i < nt; i++) rho += thread_util[i][n];
+    if (rho > 0.95) rho = 0.95;
+    emu_queue_factor[n] = 1.0 + rho / (2.0 * (1.0 - rho));
+  }
+  while (t->epoch_end_ps <= t->clock_ps) t->epoch_end_ps += epoch_ps;
+}
+
+/* Does this L2 miss continue a sequential stream, ascending or descending? (what the L2
+ * streamer prefetches: such a line overlaps with mlp - 1 others in flight instead of paying
+ * the full latency) */
+static inline int stream_continues(emu_thread_t *t, uint64_t line) {
+  for (int i = 0; i < EMU_STREAMS; i++)
+    if (line - t->stream_last[i] + 1 <= 2 && line != t->stream_last[i]) { /* last +- 1 */
+      t->stream_last[i] = line;
+      t->stream_misses++;
+      return 1;
+    }
+  t->stream_last[t->stream_victim++ % EMU_STREAMS] = line;
+  return 0;
+}
+
+/* A miss in every cache: the line comes from the node of its page. */
+static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int store,
+                          uintptr_t addr) {
+  int node = pte->node;
+  uint64_t cost = stream ? stream_ps[node] : store ? wr_ps[node] : rd_ps[node];
+  t->clock_ps += (uint64_t)((double)cost * emu_queue_factor[node]);
+  t->node_accesses[node]++;
+  /* a line in, and for a store eventually a line out */
+  t->epoch_bytes[node] += (uint64_t)(1 + store) << EMU_LINE_SHIFT;
+  if (unlikely(t->clock_ps >= t->epoch_end_ps)) epoch_end(t);
+  if (unlikely(emu_cfg.sample_period) && --t->sample_countdown == 0) {
+    t->sample_countdown = emu_cfg.sample_period;
+    emu_sample(t, addr, node, store);
+  }
+}
+
+static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line, const pte_t *pte, int store,
+                       uintptr_t addr) {
+  if (touch(&t->l1, line)) {
+    t->l1_hits++;
+    t->clock_ps += t->cost_l1;
+    return;
+  }
+  t->l1_misses++;
+  if (t->l2.sets) {
+    if (touch(&t->l2, line)) {
+      t->l2_hits++;
+      t->clock_ps += t->cost_l2;
+      return;
+    }
+    t->l2_misses++;
+  }
+  int stream = stream_continues(t, line);
+  if (emu_llc.sets && touch(&emu_llc, line)) {
+    t->llc_hits++;
+    t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
+    return;
+  }
+  t->llc_misses++;
+  memory_access(t, stream, pte, store, addr);
+}
+
+/* The page of addr changed: translate through DTLB, STLB, page walk; fault if needed. */
+static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
+  uint64_t key = emu_cfg.huge ? addr >> 21 : vpn;
+  if (key != t->last_tlb_key) {
+    if (!touch(&t->dtlb, key)) {
+      t->dtlb_misses++;
+      if (t->stlb.sets && touch(&t->stlb, key)) {
+        t->clock_ps += stlb_ps;
+      } else {
+        t->stlb_misses++;
+        t->clock_ps += walk_ps;
+      }
+    }
+    t->last_tlb_key = key;
+  }
+  pte_t *pte = emu_pte_make(vpn);
+  uint8_t f = atomic_load_explicit(&pte->flags, memory_order_relaxed);
+  if (unlikely(!(f & STRATA_EMU_PRESENT))) emu_first_touch(t, vpn, pte);
+  else if (unlikely(f & STRATA_EMU_HINT)) emu_hint_fault(t, vpn, pte);
+  t->last_vpn = vpn;
+  t->last_pte = pte;
+  if (unlikely(t->clock_ps >= emu_next_tick_ps)) emu_kernel_tick(t);
+  return pte;
+}
+
+/* Everything past the fast path: another page, or another line. */
+static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
+  if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
+  uint64_t vpn = addr >> EMU_PAGE_SHIFT;
+  pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
+  pte->accesses += pte->accesses != UINT32_MAX;
+  uint8_t want = (uint8_t)(STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
+  if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want)
+    atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
+  uint64_t line = addr >> EMU_LINE_SHIFT;
+  if (line == t->last_line) {
+    t->l1_hits++;
+    t->clock_ps += t->cost_l1;
+    return;
+  }
+  t->last_line = line;
+  cache_path(t, line, pte, store, addr);
+}
+
+/* The fast path: the same line as this thread's previous access (so the most recent line of
+ * its L1 set and the most recent page of its TLB: nothing to update but counters), no
+ * shootdown pending, and for a store, the page already dirty. */
+static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintptr_t addr, int store) {
+  t->accesses++;
+  if (store) t->stores++;
+  else t->loads++;
+  pte_t *pte = t->last_pte;
+  if (likely((addr >> EMU_LINE_SHIFT) == t->last_line &&
+             atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) == t->gen &&
+             (!store || (atomic_load_explicit(&pte->flags, memory_order_relaxed) & STRATA_EMU_DIRTY)))) {
+    pte->accesses += pte->accesses != UINT32_MAX;
+    t->l1_hits++;
+    t->clock_ps += t->cost_l1;
+    return;
+  }
+  access_slow(t, addr, store);
+}
+
+static inline __attribute__((always_inline)) void hook(const void *p, unsigned size, int store) {
+  emu_thread_t *t = emu_self;
+  if (unlikely(!t) && !(t = emu_thread())) return;
+  if (unlikely(t->busy)) return;
+  uintptr_t a = (uintptr_t)p;
+  access1(t, a, store);
+  if (unlikely((a & ((1u << EMU_LINE_SHIFT) - 1)) + size > (1u << EMU_LINE_SHIFT)))
+    access1(t, a + size - 1, store); /* the access straddles two lines */
+}
+
+/* A range touched by a bulk operation: one access per line. */
+void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store) {
+  if (!len) return;
+  t->bulk_bytes += len;
+  uintptr_t end = addr + len;
+  for (uintptr_t a = addr; a < end; a = (a | ((1u << EMU_LINE_SHIFT) - 1)) + 1) access1(t, a, store);
+}
+
+void emu_threads_each(void (*fn)(emu_thread_t *, void *), void *arg) {
+  for (int i = 0; i < emu_nthreads(); i++)
+    if (threads[i]) fn(threads[i], arg);
+}
+
+/* ---- entry points ------------------------------------------------------------------------ */
+
+#define EMU_HOOKS(n, type)                                                                 \
+  __attribute__((visibility("default"))) void __sanitizer_cov_load##n(type *p) { hook(p, n, 0); } \
+  __attribute__((visibility("default"))) void __sanitizer_cov_store##n(type *p) { hook(p, n, 1); }
+EMU_HOOKS(1, uint8_t)
+EMU_HOOKS(2, uint16_t)
+EMU_HOOKS(4, uint32_t)
+EMU_HOOKS(8, uint64_t)
+EMU_HOOKS(16, __int128)
+
+/* inline-8bit-counters is only there because a coverage type must be given for the load and
+ * store hooks to be emitted; the counters themselves are not used. */
+__attribute__((visibility("default"))) void __sanitizer_cov_8bit_counters_init(uint8_t *b, uint8_t *e) {
+  (void)b;
+  (void)e;
+}
+
+/* Bulk copies: accounted as the ranges they read and write, then done by glibc's own
+ * implementation (the _chk entry points reach it without going through these symbols). */
+extern void *__memcpy_chk(void *d, const void *s, size_t n, size_t dn);
+extern void *__memmove_chk(void *d, const void *s, size_t n, size_t dn);
+extern void *__memset_chk(void *d, int c, size_t n, size_t dn);
+
+static void bulk(const void *src, void *dst, size_t n) {
+  emu_thread_t *t = emu_self;
+  if (unlikely(!t) && !(t = emu_thread())) return;
+  if (t->busy) return;
+  if (src) emu_access_range(t, (uintptr_t)src, n, 0);
+  emu_access_range(t, (uintptr_t)dst, n, 1);
+}
+
+/* munmap: the emulated page table forgets the range. */
+__attribute__((visibility("default"))) int munmap(void *p, size_t len) {
+  long rc = syscall(SYS_munmap, p, len);
+  if (rc == 0 && emu_self) emu_unmap((uintptr_t)p, len);
+  return (int)rc;
+}
+
+__attribute__((visibility("default"))) void *memcpy(void *d, const void *s, size_t n) {
+  bulk(s, d, n);
+  return __memcpy_chk(d, s, n, (size_t)-1);
+}
+__attribute__((visibility("default"))) void *memmove(void *d, const void *s, size_t n) {
+  bulk(s, d, n);
+  return __memmove_chk(d, s, n, (size_t)-1);
+}
+__attribute__((visibility("default"))) void *memset(void *d, int c, size_t n) {
+  bulk(NULL, d, n);
+  return __memset_chk(d, c, n, (size_t)-1);
+}

@@ -1,0 +1,146 @@
+/* emu.h: the emulated machine's internals. Read in this order:
+ *   core.c     the per-access path: sancov hooks, bulk copies, caches, TLBs, clock
+ *   memory.c   the emulated page table: first touch, bind policies, migration, tpp mode
+ *   api.c      configuration, the machine interface for libstrata, observation, report
+ *
+ * The model, per access (addr, size, load or store):
+ *   L1D -> L2 -> LLC (set-associative, true LRU, write-allocate, virtually indexed; L1/L2 per
+ *   thread, LLC shared); a miss everywhere goes to the emulated node of its page, costing that
+ *   tier's latency; tier costs grow with the tier's utilisation per epoch (queueing). An L2
+ *   miss that continues a sequential stream (the next line of one of the last 16 misses: what
+ *   a hardware prefetcher follows) costs latency / mlp instead, and from memory at least a
+ *   line's transfer time at the tier's bandwidth.
+ *   Address translation: DTLB -> STLB -> page walk (fixed cost); a page's first touch is a page
+ *   fault that places it (first touch or a bind policy).
+ * Everything is charged to the thread's simulated clock, in picoseconds. */
+#ifndef STRATA_EMU_INTERNAL_H
+#define STRATA_EMU_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata_emu.h"
+
+#define EMU_MAX_NODES 8
+#define EMU_MAX_THREADS 1024
+#define EMU_LINE_SHIFT 6
+#define EMU_PAGE_SHIFT 12
+#define EMU_STREAMS 16
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+enum { KERNEL_NONE = 0, KERNEL_TPP = 1 };
+
+typedef struct emu_config_s {
+  int nnodes;                       /* emulated nodes = tiers, node 0 fastest */
+  double rd_ns[EMU_MAX_NODES], wr_ns[EMU_MAX_NODES];
+  double rd_mbps[EMU_MAX_NODES], wr_mbps[EMU_MAX_NODES];
+  uint64_t cap_bytes[EMU_MAX_NODES];
+  uint64_t l1_bytes, l1_ways, l2_bytes, l2_ways, llc_bytes, llc_ways; /* l2_bytes 0: no L2 */
+  double l1_ns, l2_ns, llc_ns;      /* hit costs */
+  uint64_t dtlb, dtlb_ways, dtlb2m, stlb, stlb_ways;
+  double stlb_ns, walk_ns;          /* DTLB miss that hits the STLB; a full page walk */
+  int huge;                         /* 1: translate with 2 MiB pages */
+  double mlp;                       /* misses in flight for a sequential stream */
+  double epoch_ns;                  /* bandwidth accounting period */
+  double fault_ns;                  /* first-touch page fault */
+  double migrate_ns;                /* per moved page: unmap, fault, remap (copy extra) */
+  double copy_mbps;                 /* one thread's copy speed, capped by the tiers' */
+  double shootdown_ns;              /* per TLB shootdown (one per move batch) */
+  int kernel;                       /* KERNEL_NONE / KERNEL_TPP */
+  double tpp_scan_period_ns;        /* numa_balancing scan period (kernel: 1000 ms) */
+  uint64_t tpp_scan_bytes;          /* address space marked per scan (kernel: 256 MiB) */
+  double tpp_hint_fault_ns;         /* cost of a hint fault */
+  double tpp_promote_mbps;          /* promotion rate limit (kernel: 65536 MB/s) */
+  double tpp_wmark_low, tpp_wmark_high; /* fast-tier free fractions: demote below low up to high */
+  uint64_t sample_period;           /* LLC misses per sample, 0 = off */
+} emu_config_t;
+
+extern emu_config_t emu_cfg;
+
+/* A set-associative structure of keys with true LRU (way 0 = most recent). Caches key by line
+ * number, TLBs by page number. */
+typedef struct lru_s {
+  uint64_t *keys;      /* sets * ways; a key is stored + 1 so 0 means empty */
+  uint64_t sets, ways, mask; /* mask = sets - 1 when sets is a power of two, else 0 */
+} lru_t;
+
+/* Per-thread counters, in the order the report prints them. */
+#define EMU_COUNTERS(X)                                                    \
+  X(accesses) X(loads) X(stores) X(bulk_bytes)                           \
+  X(l1_hits) X(l1_misses) X(l2_hits) X(l2_misses) X(llc_hits) X(llc_misses) \
+  X(stream_misses) X(dtlb_misses) X(stlb_misses) X(page_faults) X(hint_faults) \
+  X(promoted_pages) X(demoted_pages) X(moved_pages) X(shootdowns) X(migrate_ps)
+
+typedef struct emu_thread_s {
+  /* hot: the last line and page this thread touched */
+  uint64_t last_line, last_vpn, last_tlb_key;
+  struct pte_s *last_pte;
+  uint64_t gen;                     /* TLB shootdown generation seen */
+  uint64_t clock_ps;
+  uint64_t epoch_end_ps;
+  uint64_t cost_l1, cost_l2, cost_llc, cost_llc_stream; /* ps */
+  int busy;                         /* inside the emulator: ignore accesses */
+  int index;
+#define X(n) uint64_t n;
+  EMU_COUNTERS(X)
+#undef X
+  uint64_t node_accesses[EMU_MAX_NODES]; /* LLC misses served per node */
+  uint64_t epoch_bytes[EMU_MAX_NODES];
+  uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
+  unsigned stream_victim;
+  uint64_t sample_countdown;
+  lru_t l1, l2, dtlb, stlb;
+} emu_thread_t;
+
+/* An emulated page-table entry (one per 4 KiB page). */
+typedef struct pte_s {
+  uint32_t accesses;                /* ground truth, saturating */
+  uint8_t node;
+  _Atomic uint8_t flags;            /* STRATA_EMU_* plus the private bits below */
+  uint16_t pad;
+} pte_t;
+enum { PTE_REFERENCED = 16 };       /* tpp: a hint fault already saw this page */
+
+extern _Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
+extern _Atomic uint64_t emu_tlb_gen;
+extern lru_t emu_llc;
+extern double emu_queue_factor[EMU_MAX_NODES]; /* tier latency multiplier this epoch */
+
+/* core.c */
+emu_thread_t *emu_thread(void);     /* the caller's state, created on first use */
+void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
+int lru_init(lru_t *c, uint64_t entries, uint64_t ways);
+int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
+void lru_flush(lru_t *c);
+void lru_remove(lru_t *c, uint64_t key);
+void emu_threads_each(void (*fn)(emu_thread_t *, void *), void *arg);
+int emu_nthreads(void);
+emu_thread_t *emu_thread_at(int i);
+
+/* memory.c */
+pte_t *emu_pte(uint64_t vpn);       /* NULL if its leaf was never allocated */
+pte_t *emu_pte_make(uint64_t vpn);  /* allocates the leaf; NULL only if out of memory */
+void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte);
+void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte);
+void emu_kernel_tick(emu_thread_t *t);
+int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode);
+int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
+                   int async);
+extern _Atomic uint64_t emu_resident[EMU_MAX_NODES];
+extern _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
+extern uint64_t emu_next_tick_ps;
+void emu_shootdown(const uint64_t *vpns, size_t n);
+void emu_unmap(uintptr_t start, size_t len);
+void emu_tlb_sync(emu_thread_t *t);
+uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdowns */
+
+/* api.c */
+void emu_config_load(void);
+void emu_sample(emu_thread_t *t, uint64_t addr, int node, int store);
+void emu_fault_event(uint64_t addr, uint64_t time_ps, int node, int promoted);
+double emu_ps(double ns);
+
+#endif

@@ -1,0 +1,419 @@
+/* memory.c: the emulated page table of the process and everything that changes it.
+ *
+ * One 8-byte entry per 4 KiB page, in a two-level radix tree over the 47-bit address space
+ * (leaves of 2^18 entries, mapped on demand). An entry holds the page's emulated node, its
+ * accessed/dirty/hint bits, its ground-truth access count and the bind policy that applies to
+ * it (an index into a small table, written by libstrata's bind through the machine interface).
+ *
+ * First touch places a page: by its policy (bind, preferred, interleave), else on the fastest
+ * node with room, else the next. Moves (libstrata's move, a daemon's, tpp's) are charged as
+ * unmap + copy + TLB shootdown. The tpp kernel mode: a periodic scanner protects slow-tier pages
+ * so the next access takes a hint fault; a page faulted twice is promoted at once (rate
+ * limited); when the fast tier's free memory falls below a watermark, pages not accessed since
+ * the last pass (a clock) are demoted in the background. */
+#include "emu.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define LEAF_BITS 18
+#define TOP_ENTRIES ((size_t)1 << (47 - EMU_PAGE_SHIFT - LEAF_BITS))
+#define PAGE ((uint64_t)1 << EMU_PAGE_SHIFT)
+
+static _Atomic(pte_t *) top[TOP_ENTRIES];
+static pte_t dummy; /* for addresses beyond the user address space */
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+_Atomic uint64_t emu_resident[EMU_MAX_NODES];
+_Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
+uint64_t emu_next_tick_ps = UINT64_MAX;
+
+pte_t *emu_pte(uint64_t vpn) {
+  size_t i = vpn >> LEAF_BITS;
+  if (i >= TOP_ENTRIES) return NULL;
+  pte_t *leaf = atomic_load_explicit(&top[i], memory_order_acquire);
+  return leaf ? &leaf[vpn & (((uint64_t)1 << LEAF_BITS) - 1)] : NULL;
+}
+
+pte_t *emu_pte_make(uint64_t vpn) {
+  pte_t *p = emu_pte(vpn);
+  if (likely(p)) return p;
+  size_t i = vpn >> LEAF_BITS;
+  if (i >= TOP_ENTRIES) {
+    dummy.flags = STRATA_EMU_PRESENT;
+    return &dummy;
+  }
+  size_t bytes = sizeof(pte_t) << LEAF_BITS;
+  pte_t *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (leaf == MAP_FAILED) return &dummy;
+  pte_t *expect = NULL;
+  if (!atomic_compare_exchange_strong(&top[i], &expect, leaf))
+    syscall(SYS_munmap, leaf, bytes); /* not munmap: the emulator interposes it */
+  return emu_pte(vpn);
+}
+
+/* The program unmapped [start, start+len): its pages are gone (a later mapping at the same
+ * address starts afresh: first touch, no policy). Only unmappings through the munmap symbol
+ * are seen: glibc's internal ones (free of a large block) are not. */
+void emu_unmap(uintptr_t start, size_t len) {
+  pthread_mutex_lock(&mem_lock);
+  for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
+    pte_t *p = emu_pte(v);
+    if (!p) {
+      v |= ((uint64_t)1 << LEAF_BITS) - 1; /* no leaf: skip to the next one */
+      continue;
+    }
+    if (atomic_load(&p->flags) & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
+    atomic_store(&p->flags, 0);
+    p->accesses = 0;
+    p->pad = 0;
+  }
+  emu_shootdown(NULL, 0);
+  pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- policies: bind requests of libstrata (through the machine interface) --------------- */
+
+enum { POL_DEFAULT = 0, POL_PREFERRED = 1, POL_BIND = 2, POL_INTERLEAVE = 3 };
+typedef struct {
+  uint64_t mask;
+  int mode;
+} policy_t;
+static policy_t policies[256] = {{0, POL_DEFAULT}};
+static int npolicies = 1;
+
+static uint64_t cap_pages(int n) { return emu_cfg.cap_bytes[n] / PAGE; }
+static int has_room(int n) { return atomic_load(&emu_resident[n]) < cap_pages(n); }
+
+/* mode: 0 preferred, 1 bind, 2 interleave (libstrata's BIND_PREFERRED / BIND_STRICT, and
+ * interleave for other callers). */
+int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode) {
+  nodemask &= ((uint64_t)1 << emu_cfg.nnodes) - 1;
+  if (!nodemask || mode < 0 || mode > 2) return -EINVAL;
+  policy_t want = {nodemask, mode + 1};
+  pthread_mutex_lock(&mem_lock);
+  int idx = 0;
+  while (idx < npolicies && !(policies[idx].mask == want.mask && policies[idx].mode == want.mode))
+    idx++;
+  if (idx == npolicies) {
+    if (npolicies == 256) {
+      pthread_mutex_unlock(&mem_lock);
+      return -ENOMEM;
+    }
+    policies[npolicies++] = want;
+  }
+  for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
+    pte_t *p = emu_pte_make(v);
+    if (p != &dummy) p->pad = (uint16_t)idx;
+  }
+  pthread_mutex_unlock(&mem_lock);
+  return 0;
+}
+
+static int default_node(void) {
+  for (int n = 0; n < emu_cfg.nnodes; n++)
+    if (has_room(n)) return n;
+  return emu_cfg.nnodes - 1; /* everything full: overcommit the slowest */
+}
+
+static int choose_node(uint64_t vpn, const pte_t *pte) {
+  policy_t pol = policies[pte->pad < npolicies ? pte->pad : 0];
+  int lowest = pol.mask ? __builtin_ctzll(pol.mask) : 0;
+  switch (pol.mode) {
+  case POL_PREFERRED:
+    return has_room(lowest) ? lowest : default_node();
+  case POL_BIND:
+    for (int n = 0; n < emu_cfg.nnodes; n++)
+      if ((pol.mask >> n & 1) && has_room(n)) return n;
+    return lowest;
+  case POL_INTERLEAVE: {
+    int k = (int)(vpn % (uint64_t)__builtin_popcountll(pol.mask));
+    for (int n = 0;; n++)
+      if ((pol.mask >> n & 1) && k-- == 0) return n;
+  }
+  default:
+    return default_node();
+  }
+}
+
+/* ---- TLB shootdowns ------------------------------------------------------------------------ */
+
+/* Every shootdown bumps the generation and leaves a record: up to SD_PAGES pages, or a full
+ * flush (like Linux, which flushes everything beyond 33 pages). Threads apply the records
+ * they have not seen on their next access (as after an IPI). Called with mem_lock held. */
+#define SD_RING 64
+#define SD_PAGES 32
+typedef struct {
+  _Atomic uint64_t gen;
+  int n; /* -1: full flush */
+  uint64_t vpn[SD_PAGES];
+} shootdown_t;
+static shootdown_t sd_ring[SD_RING];
+
+void emu_shootdown(const uint64_t *vpns, size_t n) {
+  uint64_t g = atomic_load(&emu_tlb_gen) + 1;
+  shootdown_t *r = &sd_ring[g % SD_RING];
+  r->n = vpns && n <= SD_PAGES ? (int)n : -1;
+  for (int i = 0; i < r->n; i++) r->vpn[i] = vpns[i];
+  atomic_store(&r->gen, g);
+  atomic_store(&emu_tlb_gen, g);
+}
+
+static void tlb_forget(emu_thread_t *t, uint64_t vpn) {
+  uint64_t key = emu_cfg.huge ? vpn >> (21 - EMU_PAGE_SHIFT) : vpn;
+  lru_remove(&t->dtlb, key);
+  lru_remove(&t->stlb, key);
+  if (key == t->last_tlb_key) t->last_tlb_key = UINT64_MAX;
+  if (vpn == t->last_vpn) t->last_vpn = UINT64_MAX;
+  t->last_line = UINT64_MAX; /* so the next access translates again (and may hint-fault) */
+}
+
+void emu_tlb_sync(emu_thread_t *t) {
+  uint64_t g = atomic_load(&emu_tlb_gen);
+  for (uint64_t x = t->gen + 1; x <= g; x++) {
+    shootdown_t *r = &sd_ring[x % SD_RING];
+    int n = r->n;
+    if (g - x >= SD_RING - 1 || atomic_load(&r->gen) != x || n < 0) {
+      lru_flush(&t->dtlb);
+      lru_flush(&t->stlb);
+      t->last_vpn = t->last_tlb_key = t->last_line = UINT64_MAX;
+      break;
+    }
+    for (int i = 0; i < n && i < SD_PAGES; i++) tlb_forget(t, r->vpn[i]);
+  }
+  t->gen = g;
+}
+
+/* ---- moving pages --------------------------------------------------------------------------- */
+
+static uint64_t copy_ps(int from, int to) {
+  double mbps = emu_cfg.copy_mbps;
+  if (emu_cfg.rd_mbps[from] < mbps) mbps = emu_cfg.rd_mbps[from];
+  if (emu_cfg.wr_mbps[to] < mbps) mbps = emu_cfg.wr_mbps[to];
+  return (uint64_t)emu_ps((double)PAGE * 1000.0 / mbps);
+}
+
+/* Move one present page (mem_lock held); returns the cost in ps. */
+static uint64_t move_one(emu_thread_t *t, pte_t *p, int to) {
+  int from = p->node;
+  atomic_fetch_sub(&emu_resident[from], 1);
+  atomic_fetch_add(&emu_resident[to], 1);
+  p->node = (uint8_t)to;
+  if (t) {
+    t->moved_pages++;
+    if (to < from) t->promoted_pages++;
+    else t->demoted_pages++;
+  }
+  return (uint64_t)emu_ps(emu_cfg.migrate_ns) + copy_ps(from, to);
+}
+
+static _Atomic uint64_t bg_moved, bg_promoted, bg_demoted, bg_shootdowns;
+uint64_t emu_bg_counter(int which) {
+  _Atomic uint64_t *c[] = {&bg_moved, &bg_promoted, &bg_demoted, &bg_shootdowns};
+  return atomic_load(c[which]);
+}
+
+/* Charge a move of `pages` pages from..to: to the thread, or to the background budget. */
+static void charge(emu_thread_t *t, int async, uint64_t ps, int from, int to, uint64_t pages) {
+  uint64_t bytes = pages * PAGE;
+  if (async) {
+    atomic_fetch_add(&emu_bg_ps, ps);
+    atomic_fetch_add(&emu_bg_bytes[from], bytes);
+    atomic_fetch_add(&emu_bg_bytes[to], bytes);
+  } else {
+    t->clock_ps += ps;
+    t->migrate_ps += ps;
+    t->epoch_bytes[from] += bytes;
+    t->epoch_bytes[to] += bytes;
+  }
+}
+
+int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
+                   int async) {
+  uint64_t vpns[SD_PAGES];
+  size_t moved = 0;
+  pthread_mutex_lock(&mem_lock);
+  for (size_t i = 0; i < n; i++) {
+    pte_t *p = emu_pte((uintptr_t)pages[i] / PAGE);
+    int to = nodes[i];
+    if (!p || !(p->flags & STRATA_EMU_PRESENT)) {
+      status[i] = -ENOENT;
+    } else if (to < 0 || to >= emu_cfg.nnodes) {
+      status[i] = -ENODEV;
+    } else if (p->node == to) {
+      status[i] = to;
+    } else if (!has_room(to)) {
+      status[i] = -ENOMEM;
+    } else {
+      int from = p->node;
+      uint64_t ps = move_one(async ? NULL : t, p, to);
+      if (async) {
+        atomic_fetch_add(&bg_moved, 1);
+        atomic_fetch_add(to < from ? &bg_promoted : &bg_demoted, 1);
+      }
+      charge(t, async, ps, from, to, 1);
+      if (moved < SD_PAGES) vpns[moved] = (uintptr_t)pages[i] / PAGE;
+      moved++;
+      status[i] = to;
+    }
+  }
+  if (moved) {
+    emu_shootdown(vpns, moved);
+    uint64_t sd = (uint64_t)emu_ps(emu_cfg.shootdown_ns);
+    if (async) {
+      atomic_fetch_add(&bg_shootdowns, 1);
+      atomic_fetch_add(&emu_bg_ps, sd);
+    } else {
+      t->shootdowns++;
+      t->clock_ps += sd;
+      t->migrate_ps += sd;
+    }
+  }
+  pthread_mutex_unlock(&mem_lock);
+  return 0;
+}
+
+/* ---- tpp: demotion (kswapd) ------------------------------------------------------------------ */
+
+static size_t clock_leaf, clock_idx; /* the demotion clock's hand */
+
+/* Demote cold pages of node 0 until its free share is at least the high watermark. A page
+ * accessed since the hand last passed gets a second chance (its bit is cleared). mem_lock held. */
+static void demote_cold(void) {
+  if (emu_cfg.nnodes < 2) return;
+  uint64_t cap = cap_pages(0);
+  uint64_t target = cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high);
+  uint64_t demoted = 0, ps = 0;
+  /* at most two sweeps over the address space (the second sees cleared bits) */
+  for (size_t steps = 0; steps < 2 * TOP_ENTRIES && atomic_load(&emu_resident[0]) > target;) {
+    pte_t *leaf = atomic_load(&top[clock_leaf]);
+    if (!leaf) {
+      clock_leaf = (clock_leaf + 1) % TOP_ENTRIES;
+      clock_idx = 0;
+      steps++;
+      continue;
+    }
+    for (; clock_idx < ((size_t)1 << LEAF_BITS) && atomic_load(&emu_resident[0]) > target; clock_idx++) {
+      pte_t *p = &leaf[clock_idx];
+      uint8_t f = atomic_load(&p->flags);
+      if (!(f & STRATA_EMU_PRESENT) || p->node != 0 || p == &dummy) continue;
+      if (f & STRATA_EMU_ACCESSED) {
+        atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
+        continue;
+      }
+      ps += move_one(NULL, p, 1);
+      demoted++;
+    }
+    if (clock_idx >= ((size_t)1 << LEAF_BITS)) {
+      clock_leaf = (clock_leaf + 1) % TOP_ENTRIES;
+      clock_idx = 0;
+      steps++;
+    }
+  }
+  if (demoted) {
+    atomic_fetch_add(&bg_moved, demoted);
+    atomic_fetch_add(&bg_demoted, demoted);
+    atomic_fetch_add(&bg_shootdowns, 1);
+    atomic_fetch_add(&emu_bg_ps, ps + (uint64_t)emu_ps(emu_cfg.shootdown_ns));
+    atomic_fetch_add(&emu_bg_bytes[0], demoted * PAGE);
+    atomic_fetch_add(&emu_bg_bytes[1], demoted * PAGE);
+    emu_shootdown(NULL, demoted);
+  }
+}
+
+static void maybe_demote(void) {
+  if (emu_cfg.kernel != KERNEL_TPP) return;
+  uint64_t cap = cap_pages(0), res = atomic_load(&emu_resident[0]);
+  if (res + (uint64_t)((double)cap * emu_cfg.tpp_wmark_low) > cap) demote_cold();
+}
+
+void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
+  pthread_mutex_lock(&mem_lock);
+  if (!(atomic_load(&pte->flags) & STRATA_EMU_PRESENT)) {
+    int node = choose_node(vpn, pte);
+    pte->node = (uint8_t)node;
+    atomic_fetch_or(&pte->flags, STRATA_EMU_PRESENT);
+    atomic_fetch_add(&emu_resident[node], 1);
+    t->page_faults++;
+    t->clock_ps += (uint64_t)emu_ps(emu_cfg.fault_ns);
+    maybe_demote();
+  }
+  pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- tpp: scanning and hint faults ------------------------------------------------------- */
+
+static size_t scan_leaf, scan_idx; /* the scanner's position */
+static uint64_t promote_tokens_ps; /* the rate limit: time when the next promotion is allowed */
+
+/* Protect up to tpp_scan_bytes of slow-tier pages, continuing where the last scan stopped. */
+static void scan(void) {
+  uint64_t budget = emu_cfg.tpp_scan_bytes / PAGE, marked = 0;
+  for (size_t steps = 0; budget && steps <= TOP_ENTRIES;) {
+    pte_t *leaf = atomic_load(&top[scan_leaf]);
+    for (; leaf && budget && scan_idx < ((size_t)1 << LEAF_BITS); scan_idx++) {
+      pte_t *p = &leaf[scan_idx];
+      uint8_t f = atomic_load(&p->flags);
+      if (!(f & STRATA_EMU_PRESENT)) continue;
+      budget--;
+      if (p->node != 0 && !(f & STRATA_EMU_HINT)) {
+        atomic_fetch_or(&p->flags, STRATA_EMU_HINT);
+        marked++;
+      }
+    }
+    if (!leaf || scan_idx >= ((size_t)1 << LEAF_BITS)) {
+      scan_leaf = (scan_leaf + 1) % TOP_ENTRIES;
+      scan_idx = 0;
+      steps++;
+    }
+  }
+  if (marked) emu_shootdown(NULL, marked);
+}
+
+void emu_kernel_tick(emu_thread_t *t) {
+  if (emu_cfg.kernel != KERNEL_TPP) {
+    emu_next_tick_ps = UINT64_MAX;
+    return;
+  }
+  if (pthread_mutex_trylock(&mem_lock)) return;
+  if (t->clock_ps >= emu_next_tick_ps) {
+    uint64_t period = (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns);
+    while (emu_next_tick_ps <= t->clock_ps) emu_next_tick_ps += period;
+    scan();
+  }
+  pthread_mutex_unlock(&mem_lock);
+}
+
+void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
+  pthread_mutex_lock(&mem_lock);
+  uint8_t f = atomic_load(&pte->flags);
+  if (!(f & STRATA_EMU_HINT)) { /* another thread took it */
+    pthread_mutex_unlock(&mem_lock);
+    return;
+  }
+  atomic_fetch_and(&pte->flags, (uint8_t)~STRATA_EMU_HINT);
+  t->hint_faults++;
+  t->clock_ps += (uint64_t)emu_ps(emu_cfg.tpp_hint_fault_ns);
+  int from = pte->node, promoted = 0;
+  if (!(f & PTE_REFERENCED)) {
+    atomic_fetch_or(&pte->flags, (uint8_t)PTE_REFERENCED); /* first sighting: now active */
+  } else if (from != 0 && t->clock_ps >= promote_tokens_ps) {
+    if (!has_room(0)) demote_cold(); /* kswapd could not keep up: reclaim now */
+    if (has_room(0)) {
+      uint64_t ps = move_one(t, pte, 0);
+      charge(t, 0, ps, from, 0, 1);
+      atomic_fetch_and(&pte->flags, (uint8_t)~PTE_REFERENCED);
+      /* the promotion consumed rate-limit budget: a page per PAGE/rate seconds */
+      uint64_t gap = (uint64_t)emu_ps((double)PAGE * 1000.0 / emu_cfg.tpp_promote_mbps);
+      promote_tokens_ps = (promote_tokens_ps > t->clock_ps ? promote_tokens_ps : t->clock_ps) + gap;
+      promoted = 1;
+      t->shootdowns++;
+      emu_shootdown(&vpn, 1);
+      maybe_demote();
+    }
+  }
+  emu_fault_event(vpn * PAGE, t->clock_ps, from, promoted);
+  pthread_mutex_unlock(&mem_lock);
+}

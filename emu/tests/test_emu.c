@@ -1,0 +1,252 @@
+/* test_emu.c: unit tests of each part of the emulated machine. This program is built with the
+ * load/store hooks and linked with the emulator's objects (so it can also reach internals) and
+ * with libstrata. The Makefile runs it with a small, known geometry:
+ *   STRATA_EMU="l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4
+ *               stlb=2048 stlb_ways=16 capacity=1G,1G" */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../emu.h"
+#include "check.h"
+#include "strata.h"
+
+#define PAGE 4096
+static int64_t c(const char *n) { return strata_emu_counter(n); }
+
+static char *fresh(size_t bytes) {
+  char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void test_lru(void) {
+  lru_t l;
+  CHECK(lru_init(&l, 4, 2) == 0); /* 2 sets x 2 ways */
+  CHECK(lru_touch(&l, 0) == 0);
+  CHECK(lru_touch(&l, 2) == 0);   /* same set as 0 */
+  CHECK(lru_touch(&l, 0) == 1);   /* 0 most recent now */
+  CHECK(lru_touch(&l, 4) == 0);   /* evicts 2, the least recent */
+  CHECK(lru_touch(&l, 0) == 1);
+  CHECK(lru_touch(&l, 2) == 0);
+  CHECK(lru_touch(&l, 1) == 0);   /* the other set is independent */
+  lru_remove(&l, 1);
+  CHECK(lru_touch(&l, 1) == 0);
+  lru_flush(&l);
+  CHECK(lru_touch(&l, 0) == 0);
+  CHECK(lru_init(&l, 6, 4) == -1); /* entries must be a multiple of ways */
+}
+
+/* Two sequential passes over 64 KiB with 8-byte loads: exact counts for LRU caches. */
+static void test_caches(void) {
+  volatile uint64_t *a = (volatile uint64_t *)fresh(64 << 10);
+  for (int i = 0; i < (64 << 10) / 8; i++) a[i] = (uint64_t)i; /* first touch, warm TLB */
+  int64_t l1 = c("l1_misses"), l2 = c("l2_misses"), l2h = c("l2_hits"), acc = c("accesses");
+  uint64_t sum = 0;
+  for (int i = 0; i < (64 << 10) / 8; i++) sum += a[i];
+  /* (a few more than the array's: the test's own stack, at -O1) */
+  CHECK(c("accesses") - acc >= 8192 && c("accesses") - acc < 8192 + 16 + 0 * (int64_t)sum);
+  CHECK(c("l1_misses") - l1 >= 1024 && c("l1_misses") - l1 <= 1028); /* 64 KiB > 32 KiB L1 */
+  CHECK(c("l2_hits") - l2h >= 1024 && c("l2_hits") - l2h <= 1028);  /* ... in the 256 KiB L2 */
+  CHECK(c("l2_misses") - l2 <= 2);
+  munmap((void *)a, 64 << 10);
+}
+
+/* 100 pages, one access each, twice: the DTLB (16 sets x 4) cannot hold them, the STLB can. */
+static void test_tlb(void) {
+  volatile char *p = fresh(100 * PAGE);
+  int64_t faults = c("page_faults");
+  for (int i = 0; i < 100; i++) p[i * PAGE] = 1;
+  CHECK(c("page_faults") - faults == 100);
+  int64_t d = c("dtlb_misses"), s = c("stlb_misses");
+  for (int i = 0; i < 100; i++) (void)p[i * PAGE];
+  CHECK(c("dtlb_misses") - d == 100);
+  CHECK(c("stlb_misses") - s == 0);
+  munmap((void *)p, 100 * PAGE);
+}
+
+/* First touch fills node 0 up to its capacity, then node 1. */
+static void test_first_touch(void) {
+  uint64_t res[2];
+  strata_emu_residency(res, 2);
+  uint64_t saved = emu_cfg.cap_bytes[0];
+  emu_cfg.cap_bytes[0] = (res[0] + 8) * PAGE; /* room for 8 more pages */
+  volatile char *p = fresh(16 * PAGE);
+  for (int i = 0; i < 16; i++) p[i * PAGE] = 1;
+  /* (the test's stack and the mapping's neighbours may take a page or two of the room) */
+  int on0 = 0, on1 = 0, order = 1;
+  for (int i = 0; i < 16; i++) {
+    int n = strata_emu_node_of((const void *)(p + i * PAGE));
+    on0 += n == 0;
+    on1 += n == 1;
+    if (i && n < strata_emu_node_of((const void *)(p + (i - 1) * PAGE))) order = 0;
+  }
+  CHECK(on0 + on1 == 16 && on0 >= 5 && on0 <= 8 && order);
+  CHECK(strata_emu_node_of(&on0) == 0);
+  char *untouched = fresh(PAGE);
+  CHECK(strata_emu_node_of(untouched) == -1);
+  emu_cfg.cap_bytes[0] = saved;
+}
+
+/* libstrata on the emulated machine: its topology, and its binds, come from the emulator. */
+static void test_libstrata(void) {
+  CHECK(strata_emulated() == 1);
+  const strata_topology_t *t = strata_topology();
+  CHECK(t->ntiers == 2 && t->nnodes == 2);
+  CHECK(strstr(t->tier_source, "emulated") != NULL);
+  CHECK(t->nodes[1].read_latency_ns == 156);
+  size_t n = 1 << 20;
+  char *cold = strata_malloc(n, strata_cold());
+  char *hot = strata_malloc(n, strata_hot());
+  CHECK(cold && hot);
+  for (size_t i = 0; i < n; i += PAGE) cold[i] = hot[i] = 1;
+  strata_residency_t r;
+  CHECK(strata_where(cold, n, &r) == 0);
+  CHECK(r.tier_bytes[1] == (uint64_t)n && r.tier_bytes[0] == 0);
+  CHECK(strata_where(hot, n, &r) == 0);
+  CHECK(r.tier_bytes[0] == (uint64_t)n);
+  char *a = strata_malloc(48, strata_cold());
+  char *b = strata_malloc(48, strata_next_to(a));
+  *a = *b = 2;
+  CHECK(strata_emu_node_of(a) == 1 && strata_emu_node_of(b) == 1); /* next_to keeps a's tier */
+  strata_free(cold);
+  strata_free(hot);
+  CHECK(strata_now_ns() == strata_emu_now_ns());
+}
+
+/* Moving a page: it changes node, costs the caller, and its TLB entry is gone. */
+static void test_move(void) {
+  volatile char *p = fresh(PAGE);
+  p[0] = 1;
+  void *pages[1] = {(void *)p};
+  int to[1] = {1}, st[1] = {-1};
+  int64_t clock = c("sim_ns"), moved = c("moved_pages"), sd = c("shootdowns");
+  CHECK(strata_emu_move(pages, 1, to, st, 0) == 0);
+  CHECK(st[0] == 1 && strata_emu_node_of((void *)p) == 1);
+  CHECK(c("moved_pages") - moved == 1 && c("demoted_pages") >= 1);
+  CHECK(c("shootdowns") - sd == 1);
+  CHECK(c("sim_ns") - clock >= (int64_t)emu_cfg.migrate_ns);
+  int64_t d = c("dtlb_misses");
+  (void)p[0];
+  CHECK(c("dtlb_misses") - d == 1); /* the shootdown dropped the entry */
+  char *never = fresh(PAGE);
+  void *np[1] = {never};
+  CHECK(strata_emu_move(np, 1, to, st, 0) == 0 && st[0] == -ENOENT);
+  int bad[1] = {7};
+  CHECK(strata_emu_move(pages, 1, bad, st, 0) == 0 && st[0] == -ENODEV);
+  /* an asynchronous move costs the background budget, not the caller */
+  to[0] = 0;
+  clock = c("sim_ns");
+  CHECK(strata_emu_move(pages, 1, to, st, 1) == 0 && st[0] == 0);
+  CHECK(c("sim_ns") - clock < 1000);
+  CHECK(emu_bg_counter(1) >= 1);
+}
+
+static void test_observe(void) {
+  volatile char *p = fresh(2 * PAGE);
+  p[0] = 1;         /* page 0: written */
+  (void)p[PAGE];    /* page 1: read */
+  uint8_t f[2];
+  CHECK(strata_emu_scan((void *)p, 2 * PAGE, f, 1) == 2);
+  CHECK(f[0] == (STRATA_EMU_PRESENT | STRATA_EMU_ACCESSED | STRATA_EMU_DIRTY));
+  CHECK(f[1] == (STRATA_EMU_PRESENT | STRATA_EMU_ACCESSED));
+  CHECK(strata_emu_scan((void *)p, 2 * PAGE, f, 0) == 2);
+  CHECK(f[0] == STRATA_EMU_PRESENT && f[1] == STRATA_EMU_PRESENT); /* cleared */
+  (void)p[1];
+  CHECK(strata_emu_scan((void *)p, 1, f, 0) == 1 && f[0] == (STRATA_EMU_PRESENT | STRATA_EMU_ACCESSED));
+  uint32_t counts[2];
+  for (int i = 0; i < 10; i++) (void)p[PAGE + 8];
+  CHECK(strata_emu_page_accesses((void *)p, 2 * PAGE, counts) == 2);
+  CHECK(counts[0] == 2 && counts[1] == 11);
+  /* LLC-miss samples: every miss with period 1 */
+  strata_emu_sample_t s[64];
+  while (strata_emu_samples(s, 64)) {}
+  strata_emu_set_sample_period(1);
+  volatile char *q = fresh(8 << 20);
+  for (int i = 0; i < 32; i++) q[(size_t)i * 200 * 64] = 1;
+  strata_emu_set_sample_period(0);
+  size_t n = strata_emu_samples(s, 64);
+  CHECK(n >= 32);
+  int found = 0;
+  for (size_t i = 0; i < n; i++) found += s[i].addr == (uint64_t)(uintptr_t)q && s[i].store == 1 && s[i].node == 0;
+  CHECK(found == 1);
+  uint64_t res[2];
+  CHECK(strata_emu_residency(res, 2) == 2 && res[0] > 0);
+}
+
+/* Bulk copies count as the ranges they touch. */
+static void test_bulk(void) {
+  char *a = fresh(64 << 10), *b = fresh(64 << 10);
+  int64_t bulk = c("bulk_bytes"), st = c("stores");
+  memset(a, 1, 64 << 10);
+  char *volatile src = a; /* or the compiler turns the copy of a memset into a memset */
+  memcpy(b, src, 64 << 10);
+  CHECK(c("bulk_bytes") - bulk == 3 * (64 << 10));
+  /* one store per line, memset and memcpy (and the store of src) */
+  CHECK(c("stores") - st >= 2 * 1024 && c("stores") - st <= 2 * 1024 + 2);
+  CHECK(b[100] == 1 && strata_emu_node_of(b + 5000) == 0);
+}
+
+/* tpp: the scanner protects slow pages; a page faulted twice is promoted; a full fast node
+ * demotes cold pages in the background. */
+static void test_tpp(void) {
+  volatile char *p = fresh(4 * PAGE);
+  for (int i = 0; i < 4; i++) p[i * PAGE] = 1;
+  void *pages[4];
+  int to[4] = {1, 1, 1, 1}, st[4];
+  for (int i = 0; i < 4; i++) pages[i] = (void *)(p + i * PAGE);
+  CHECK(strata_emu_move(pages, 4, to, st, 0) == 0 && st[3] == 1);
+  strata_emu_fault_t ev[64];
+  while (strata_emu_hint_faults(ev, 64)) {}
+  emu_cfg.kernel = KERNEL_TPP;
+  emu_cfg.tpp_scan_period_ns = 10000; /* 10 us */
+  emu_next_tick_ps = 0;
+  int64_t hf = c("hint_faults"), pr = c("promoted_pages");
+  volatile char *spin = fresh(PAGE);
+  for (int round = 0; round < 2; round++) {
+    /* let simulated time pass (and the scanner run) by touching another page, then touch
+     * page 0 of the slow ones */
+    int64_t until = c("sim_ns") + 20000;
+    while (c("sim_ns") < until) (void)spin[(c("accesses") * 64) % PAGE];
+    for (int k = 0; k < 64; k++) (void)spin[k * 64]; /* pass through the translate path */
+    (void)p[0];
+    (void)p[PAGE]; /* also page 1: next to be promoted, too */
+  }
+  CHECK(c("hint_faults") - hf >= 2);
+  CHECK(c("promoted_pages") - pr >= 1);
+  CHECK(strata_emu_node_of((void *)p) == 0);
+  CHECK(strata_emu_node_of((void *)(p + 3 * PAGE)) == 1); /* never touched again */
+  size_t n = strata_emu_hint_faults(ev, 64);
+  int promoted = 0;
+  for (size_t i = 0; i < n; i++) promoted += ev[i].promoted && ev[i].addr == (uint64_t)(uintptr_t)p;
+  CHECK(promoted == 1);
+  /* demotion: shrink node 0 to just above what is resident, then fault in more */
+  uint64_t res[2];
+  strata_emu_residency(res, 2);
+  uint64_t saved = emu_cfg.cap_bytes[0];
+  emu_cfg.cap_bytes[0] = (res[0] + 200) * PAGE;
+  uint64_t dem = emu_bg_counter(2);
+  volatile char *more = fresh(400 * PAGE);
+  for (int i = 0; i < 400; i++) more[i * PAGE] = 1;
+  CHECK(emu_bg_counter(2) > dem);
+  strata_emu_residency(res, 2);
+  CHECK(res[0] <= emu_cfg.cap_bytes[0] / PAGE);
+  emu_cfg.cap_bytes[0] = saved;
+  emu_cfg.kernel = KERNEL_NONE;
+  emu_next_tick_ps = UINT64_MAX;
+}
+
+int main(void) {
+  test_lru();
+  test_caches();
+  test_tlb();
+  test_first_touch();
+  test_libstrata();
+  test_move();
+  test_observe();
+  test_bulk();
+  test_tpp();
+  return check_done("test_emu");
+}
