@@ -34,7 +34,7 @@ pub struct Args {
     /// Any emulator setting, KEY=VALUE (repeatable; keys in emu/api.c, e.g. l2=0, mlp=4)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Print the report as JSON
+    /// Print the report as JSON (the program's own stdout then goes to stderr)
     #[arg(long)]
     json: bool,
     /// No progress lines
@@ -149,6 +149,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let mut c = Proc::new(&a.command[0]);
     c.args(&a.command[1..]);
+    if a.json {
+        // the program's output goes to stderr, so stdout is the report alone
+        use std::os::fd::AsFd;
+        c.stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
+    }
     let (status, _, rep) = run_emulated(&m, &mut c, false)?;
     let mut out = rep.json.clone();
     out["machine"] = json!(m);

@@ -1,0 +1,136 @@
+//! The emulated machine end to end (`make emu` first: libstrata_emu.so, the access workloads
+//! and target/emu's strata). Golden files: single-threaded runs repeat exactly, so their
+//! counters are compared with emu/tests/golden/*.json (STRATA_BLESS=1 rewrites them).
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn json_of(c: &mut Command) -> Value {
+    let o = c.output().expect("run strata");
+    assert!(o.status.success(), "{:?} failed: {}", c, String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+/// The golden workloads run from a fixed path with an empty environment, so the stack (and
+/// everything else) sits at the same addresses on every machine.
+fn golden_run(args: &[&str]) -> Value {
+    let bin = std::env::temp_dir().join("strata-golden-access");
+    std::fs::copy(root().join("build/emu/access-emu"), &bin).expect("make emu builds build/emu/access-emu");
+    let mut c = strata();
+    c.env_clear()
+        .args(["emu", "run", "--json", "--quiet", "--set", "l2=256K", "--set", "l2_ways=8", "--set", "llc=2M", "--set", "llc_ways=16", "--"])
+        .arg(&bin)
+        .args(args);
+    json_of(&mut c)
+}
+
+#[test]
+fn golden_runs_repeat_exactly() {
+    for (name, args) in [
+        ("seq", ["seq", "4", "2"]),
+        ("random", ["random", "4", "100000"]),
+        ("chase", ["chase", "4", "100000"]),
+    ] {
+        let a = golden_run(&args);
+        let b = golden_run(&args);
+        assert_eq!(a["totals"], b["totals"], "{name}: two runs differ");
+        assert_eq!(a["sim_ns"], b["sim_ns"], "{name}: two runs differ");
+        let got = serde_json::json!({"sim_ns": a["sim_ns"], "totals": a["totals"], "nodes": a["nodes"]});
+        let path = root().join(format!("emu/tests/golden/{name}.json"));
+        if std::env::var_os("STRATA_BLESS").is_some() {
+            std::fs::write(&path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
+        }
+        let want: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file"))
+            .expect("golden JSON");
+        assert_eq!(got, want, "{name}: differs from {} (STRATA_BLESS=1 to accept)", path.display());
+    }
+}
+
+#[test]
+fn run_reports_tiers_faults_and_migrations() {
+    // a quarter of the footprint fast, tpp with a short scan period: promotions and demotions
+    let v = json_of(strata().args([
+        "emu", "run", "--json", "--quiet", "--fast-ratio", "0.25", "--kernel", "tpp",
+        "--tpp-scan-period-ms", "1", "--",
+    ])
+    .arg(root().join("build/emu/access-emu"))
+    .args(["random", "16", "400000"]));
+    assert_eq!(v["kernel"], "tpp");
+    assert!(v["footprint_bytes"].as_u64().unwrap() >= 16 << 20);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert!(nodes[0]["memory_accesses"].as_u64().unwrap() > 0);
+    assert!(nodes[1]["memory_accesses"].as_u64().unwrap() > 0, "a 25% fast tier leaves accesses on the slow one");
+    let t = &v["totals"];
+    assert!(t["hint_faults"].as_u64().unwrap() > 0);
+    assert!(t["promoted_pages"].as_u64().unwrap() > 0);
+    assert!(v["background"]["demoted_pages"].as_u64().unwrap() > 0);
+    assert_eq!(t["accesses"].as_u64().unwrap(), t["loads"].as_u64().unwrap() + t["stores"].as_u64().unwrap());
+    // and the human table says the same
+    let o = strata().args(["emu", "run", "--quiet", "--"]).arg(root().join("build/emu/access-emu"))
+        .args(["seq", "4", "1"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("preset m2t") && text.contains("LLC") && text.contains("STLB"), "{text}");
+}
+
+#[test]
+fn run_refuses_programs_not_built_for_the_emulator() {
+    let o = strata().args(["emu", "run", "--quiet", "--"]).arg(root().join("build/emu/access"))
+        .args(["seq", "1", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("strata emu cc"));
+    let o = strata().args(["emu", "run", "--set", "nonsense=1", "--"]).arg(root().join("build/emu/access-emu"))
+        .args(["seq", "1", "1"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense=1'"));
+}
+
+#[test]
+fn cc_builds_a_program_that_reads_its_simulated_clock() {
+    let dir = std::env::temp_dir().join(format!("strata-emu-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("clock.c");
+    std::fs::write(&src, "#include <stdio.h>\n#include \"strata_emu.h\"\nint a[1 << 20];\n\
+        int main(void) { unsigned long t = strata_emu_now_ns(); for (int i = 0; i < (1 << 20); i++) a[i] = i;\n\
+        printf(\"%lu\\n\", strata_emu_now_ns() - t); return 0; }\n").unwrap();
+    let exe = dir.join("clock");
+    let st = strata().args(["emu", "cc", "-O2"]).arg(&src).arg("-o").arg(&exe).status().unwrap();
+    assert!(st.success());
+    let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--"]).arg(&exe));
+    assert!(v["totals"]["stores"].as_u64().unwrap() >= 1 << 18); // vectorised stores count once each
+    assert!(v["sim_ns"].as_u64().unwrap() > 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_locality_benchmark_runs_on_emulated_tiers() {
+    let triple = String::from_utf8(Command::new("rustc").arg("-vV").output().unwrap().stdout).unwrap();
+    let host = triple.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
+    let bin = root().join(format!("target/emu/{host}/release/strata"));
+    let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--fast-ratio", "0.25", "--"])
+        .arg(&bin)
+        .args(["bench", "locality", "--lists", "64", "--nodes", "500", "--rounds", "1", "--quiet"]));
+    let nodes = v["nodes"].as_array().unwrap();
+    assert!(nodes[1]["resident_pages"].as_u64().unwrap() > 0);
+    assert!(v["totals"]["dtlb_misses"].as_u64().unwrap() > 0);
+}
+
+/// The validation, small and with loose bounds (the real figures are in the README).
+#[test]
+fn validate_quick_is_close_to_cachegrind_and_to_native() {
+    let v = json_of(strata().args(["emu", "validate", "--quick", "--json", "--quiet"]));
+    let err = v["max_miss_rel_err"].as_f64().unwrap();
+    assert!(err < 0.05, "miss counts {err} away from cachegrind");
+    let (n, e) = (v["layout_speedup_native"].as_f64().unwrap(), v["layout_speedup_emulated"].as_f64().unwrap());
+    assert!(n > 2.0 && e > 2.0, "next_to lists must be faster both ways: native {n}, emulated {e}");
+    assert!(v["accesses_per_sec"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["workloads"].as_array().unwrap().len(), 3);
+}
