@@ -20,7 +20,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
-.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-test
+.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test
 
 all: lib rust
 
@@ -87,8 +87,10 @@ EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=6
 emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu rust
 	target/release/strata emu cargo build --release -p strata-cli
 
-emu-test: emu $(BUILD)/emu/test_emu
+emu-unit: $(BUILD)/emu/test_emu
 	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu
+
+emu-test: emu emu-unit
 	cargo test --release -p strata-cli --test emu
 
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
@@ -125,7 +127,8 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	LD_PRELOAD=$$so STRATA_RULES=tests/preload/two_sites.rules STRATA_UNWIND=dwarf $(BUILD)/preload/two_sites --with-rules; \
 	tests/preload/real_programs.sh $$so
 
-rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS)
+# (the workspace's tests include the emulator's end-to-end ones, hence emu)
+rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS) emu
 	cargo test --release --workspace
 
 # guest test programs: static, so the guest needs no libraries for them
@@ -144,7 +147,7 @@ ycsb-binding-test: rust
 	bench/ycsb-binding/run.sh strata a 5000 20000 2
 	bench/ycsb-binding/run.sh redis a 5000 20000 2
 
-test: bootstrap lib c-test rust-test emu-test ycsb-binding-test vm-test
+test: bootstrap lib c-test emu-unit rust-test ycsb-binding-test vm-test
 	@echo "all tests passed"
 
 clean:
