@@ -14,7 +14,9 @@
 
 #include "machine/machine.h"
 
+/* glibc's own copies: memcpy and memset are interposed by core.c, so the emulator calls these */
 extern void *__memset_chk(void *d, int c, size_t n, size_t dn);
+extern void *__memcpy_chk(void *d, const void *s, size_t n, size_t dn);
 
 /* The built-in machine: the m2t preset (Ice Lake server caches and TLBs), everything fits in
  * the fast tier. `strata emu run` always passes a full configuration. */
@@ -261,12 +263,35 @@ int strata_emu_move(void *const *pages, size_t n, const int *nodes, int *status,
   return emu_move_pages(t, pages, n, nodes, status, async);
 }
 
-/* Rings of samples and hint-fault events. */
+/* Rings of samples and hint-fault events: one mechanism, two element types. When nobody
+ * reads, the oldest element is overwritten and counted as lost. */
 #define RING 4096
+typedef struct {
+  char *buf;
+  size_t elem;
+  uint64_t head, tail, lost;
+} ring_t;
 static pthread_mutex_t ring_lock = PTHREAD_MUTEX_INITIALIZER;
-static strata_emu_sample_t samples[RING];
-static strata_emu_fault_t faults[RING];
-static uint64_t sample_head, sample_tail, samples_lost, fault_head, fault_tail, faults_lost;
+static strata_emu_sample_t sample_buf[RING];
+static strata_emu_fault_t fault_buf[RING];
+static ring_t samples = {(char *)sample_buf, sizeof sample_buf[0], 0, 0, 0};
+static ring_t faults = {(char *)fault_buf, sizeof fault_buf[0], 0, 0, 0};
+
+static void ring_put(ring_t *r, const void *e) {
+  pthread_mutex_lock(&ring_lock);
+  if (r->head - r->tail == RING) r->tail++, r->lost++;
+  __memcpy_chk(r->buf + (r->head++ % RING) * r->elem, e, r->elem, r->elem);
+  pthread_mutex_unlock(&ring_lock);
+}
+
+static size_t ring_take(ring_t *r, void *out, size_t max) {
+  pthread_mutex_lock(&ring_lock);
+  size_t n = 0;
+  for (; n < max && r->tail < r->head; n++)
+    __memcpy_chk((char *)out + n * r->elem, r->buf + (r->tail++ % RING) * r->elem, r->elem, r->elem);
+  pthread_mutex_unlock(&ring_lock);
+  return n;
+}
 
 void strata_emu_set_sample_period(uint64_t misses) {
   emu_thread_t *t = emu_thread();
@@ -275,42 +300,27 @@ void strata_emu_set_sample_period(uint64_t misses) {
 }
 
 void emu_sample(emu_thread_t *t, uint64_t addr, int node, int store) {
-  pthread_mutex_lock(&ring_lock);
-  if (sample_head - sample_tail == RING) sample_tail++, samples_lost++;
-  samples[sample_head++ % RING] = (strata_emu_sample_t){addr, t->clock_ps / 1000, node, t->index, store, 0};
-  pthread_mutex_unlock(&ring_lock);
+  strata_emu_sample_t e = {addr, t->clock_ps / 1000, node, t->index, store, 0};
+  ring_put(&samples, &e);
 }
 
 void emu_fault_event(uint64_t addr, uint64_t time_ps, int node, int promoted) {
-  pthread_mutex_lock(&ring_lock);
-  if (fault_head - fault_tail == RING) fault_tail++, faults_lost++;
-  faults[fault_head++ % RING] = (strata_emu_fault_t){addr, time_ps / 1000, node, promoted};
-  pthread_mutex_unlock(&ring_lock);
+  strata_emu_fault_t e = {addr, time_ps / 1000, node, promoted};
+  ring_put(&faults, &e);
 }
 
-size_t strata_emu_samples(strata_emu_sample_t *out, size_t max) {
-  pthread_mutex_lock(&ring_lock);
-  size_t n = 0;
-  for (; n < max && sample_tail < sample_head; n++) out[n] = samples[sample_tail++ % RING];
-  pthread_mutex_unlock(&ring_lock);
-  return n;
-}
-
-size_t strata_emu_hint_faults(strata_emu_fault_t *out, size_t max) {
-  pthread_mutex_lock(&ring_lock);
-  size_t n = 0;
-  for (; n < max && fault_tail < fault_head; n++) out[n] = faults[fault_tail++ % RING];
-  pthread_mutex_unlock(&ring_lock);
-  return n;
-}
+size_t strata_emu_samples(strata_emu_sample_t *out, size_t max) { return ring_take(&samples, out, max); }
+size_t strata_emu_hint_faults(strata_emu_fault_t *out, size_t max) { return ring_take(&faults, out, max); }
 
 int64_t strata_emu_counter(const char *name) {
   emu_thread_t *t = emu_thread();
   if (!t) return -1;
   if (!strcmp(name, "sim_ns")) return (int64_t)(t->clock_ps / 1000);
 #define X(n) if (!strcmp(name, #n)) return (int64_t)t->n;
-  EMU_COUNTERS(X)
+#define D(n, e) if (!strcmp(name, #n)) return (int64_t)(e);
+  EMU_COUNTERS(X, D)
 #undef X
+#undef D
   return -1;
 }
 
@@ -337,8 +347,10 @@ __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt,
 static void put_counters(out_t *o, const uint64_t *v) {
   static const char *const names[] = {
 #define X(n) #n,
-      EMU_COUNTERS(X)
+#define D(n, e) #n,
+      EMU_COUNTERS(X, D)
 #undef X
+#undef D
   };
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     put(o, "%s\"%s\": %llu", i ? ", " : "", names[i], (unsigned long long)v[i]);
@@ -347,21 +359,23 @@ static void put_counters(out_t *o, const uint64_t *v) {
 static void counters_of(const emu_thread_t *t, uint64_t *v) {
   int i = 0;
 #define X(n) v[i++] = t->n;
-  EMU_COUNTERS(X)
+#define D(n, e) v[i++] = (e);
+  EMU_COUNTERS(X, D)
 #undef X
+#undef D
 }
 __attribute__((destructor)) static void report(void) {
   const char *path = getenv("STRATA_EMU_REPORT");
   if (!path || !*path) return;
-  emu_thread_t *self = emu_thread();
-  if (self) self->busy = 1;
   static out_t o;
   o.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (o.fd < 0) return;
   enum { N = 0
 #define X(n) +1
-               EMU_COUNTERS(X)
+#define D(n, e) +1
+               EMU_COUNTERS(X, D)
 #undef X
+#undef D
   };
   uint64_t total[N] = {0}, v[N], sim_ps = 0, node_acc[EMU_MAX_NODES] = {0};
   int nt = emu_nthreads();
@@ -388,7 +402,7 @@ __attribute__((destructor)) static void report(void) {
         n ? ", " : "", n, (unsigned long long)atomic_load(&emu_resident[n]),
         (unsigned long long)(emu_cfg.cap_bytes[n] >> EMU_PAGE_SHIFT), (unsigned long long)node_acc[n]);
   put(&o, "],\n \"samples_lost\": %llu, \"hint_fault_events_lost\": %llu,\n \"per_thread\": [",
-      (unsigned long long)samples_lost, (unsigned long long)faults_lost);
+      (unsigned long long)samples.lost, (unsigned long long)faults.lost);
   for (int i = 0; i < nt; i++) {
     emu_thread_t *t = emu_thread_at(i);
     counters_of(t, v);

@@ -43,13 +43,12 @@ int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
   return c->keys ? 0 : -1;
 }
 
-/* Power-of-two set counts index by the low bits, as cachegrind does. Others (a 60 MiB
- * 12-way LLC has 81920 sets) hash the key and scale it to the set count (multiply-shift, no
- * division), as real LLCs hash addresses to slices. */
+/* Sets are indexed by the key's low bits (as cachegrind does), modulo the set count when it
+ * is not a power of two (a 60 MiB 12-way LLC has 81920 sets). A division, but only on an L2
+ * miss; hashing instead would scatter consecutive lines over the tag array and cost the
+ * emulator a host cache miss per lookup. */
 static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
-  uint64_t s = c->mask || c->sets == 1
-                   ? key & c->mask
-                   : (uint64_t)(((unsigned __int128)(key * 0x9e3779b97f4a7c15ull) * c->sets) >> 64);
+  uint64_t s = c->mask || c->sets == 1 ? key & c->mask : key % c->sets;
   return c->keys + s * c->ways;
 }
 
@@ -198,7 +197,6 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
 static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line, const pte_t *pte, int store,
                        uintptr_t addr) {
   if (touch(&t->l1, line)) {
-    t->l1_hits++;
     t->clock_ps += t->cost_l1;
     return;
   }
@@ -257,7 +255,6 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
     atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
   uint64_t line = addr >> EMU_LINE_SHIFT;
   if (line == t->last_line) {
-    t->l1_hits++;
     t->clock_ps += t->cost_l1;
     return;
   }
@@ -269,7 +266,6 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
  * its L1 set and the most recent page of its TLB: nothing to update but counters), no
  * shootdown pending, and for a store, the page already dirty. */
 static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintptr_t addr, int store) {
-  t->accesses++;
   if (store) t->stores++;
   else t->loads++;
   pte_t *pte = t->last_pte;
@@ -277,7 +273,6 @@ static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintp
              atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) == t->gen &&
              (!store || (atomic_load_explicit(&pte->flags, memory_order_relaxed) & STRATA_EMU_DIRTY)))) {
     pte->accesses += pte->accesses != UINT32_MAX;
-    t->l1_hits++;
     t->clock_ps += t->cost_l1;
     return;
   }
@@ -287,7 +282,6 @@ static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintp
 static inline __attribute__((always_inline)) void hook(const void *p, unsigned size, int store) {
   emu_thread_t *t = emu_self;
   if (unlikely(!t) && !(t = emu_thread())) return;
-  if (unlikely(t->busy)) return;
   uintptr_t a = (uintptr_t)p;
   access1(t, a, store);
   if (unlikely((a & ((1u << EMU_LINE_SHIFT) - 1)) + size > (1u << EMU_LINE_SHIFT)))
@@ -300,11 +294,6 @@ void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store) {
   t->bulk_bytes += len;
   uintptr_t end = addr + len;
   for (uintptr_t a = addr; a < end; a = (a | ((1u << EMU_LINE_SHIFT) - 1)) + 1) access1(t, a, store);
-}
-
-void emu_threads_each(void (*fn)(emu_thread_t *, void *), void *arg) {
-  for (int i = 0; i < emu_nthreads(); i++)
-    if (threads[i]) fn(threads[i], arg);
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
@@ -334,7 +323,6 @@ extern void *__memset_chk(void *d, int c, size_t n, size_t dn);
 static void bulk(const void *src, void *dst, size_t n) {
   emu_thread_t *t = emu_self;
   if (unlikely(!t) && !(t = emu_thread())) return;
-  if (t->busy) return;
   if (src) emu_access_range(t, (uintptr_t)src, n, 0);
   emu_access_range(t, (uintptr_t)dst, n, 1);
 }

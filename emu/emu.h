@@ -67,12 +67,16 @@ typedef struct lru_s {
   uint64_t sets, ways, mask; /* mask = sets - 1 when sets is a power of two, else 0 */
 } lru_t;
 
-/* Per-thread counters, in the order the report prints them. */
-#define EMU_COUNTERS(X)                                                    \
-  X(accesses) X(loads) X(stores) X(bulk_bytes)                           \
-  X(l1_hits) X(l1_misses) X(l2_hits) X(l2_misses) X(llc_hits) X(llc_misses) \
+/* Per-thread counters, in the order the report prints them: X(name) are stored, D(name, expr)
+ * derived from the stored ones (so the per-access fast path updates fewer fields). */
+#define EMU_COUNTERS(X, D)                                                   \
+  D(accesses, t->loads + t->stores) X(loads) X(stores) X(bulk_bytes)          \
+  D(l1_hits, t->loads + t->stores - t->l1_misses) X(l1_misses)                \
+  X(l2_hits) X(l2_misses) X(llc_hits) X(llc_misses)                          \
   X(stream_misses) X(dtlb_misses) X(stlb_misses) X(page_faults) X(hint_faults) \
   X(promoted_pages) X(demoted_pages) X(moved_pages) X(shootdowns) X(migrate_ps)
+#define EMU_STORED(n) uint64_t n;
+#define EMU_DERIVED(n, e)
 
 typedef struct emu_thread_s {
   /* hot: the last line and page this thread touched */
@@ -82,11 +86,8 @@ typedef struct emu_thread_s {
   uint64_t clock_ps;
   uint64_t epoch_end_ps;
   uint64_t cost_l1, cost_l2, cost_llc, cost_llc_stream; /* ps */
-  int busy;                         /* inside the emulator: ignore accesses */
   int index;
-#define X(n) uint64_t n;
-  EMU_COUNTERS(X)
-#undef X
+  EMU_COUNTERS(EMU_STORED, EMU_DERIVED)
   uint64_t node_accesses[EMU_MAX_NODES]; /* LLC misses served per node */
   uint64_t epoch_bytes[EMU_MAX_NODES];
   uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
@@ -100,7 +101,7 @@ typedef struct pte_s {
   uint32_t accesses;                /* ground truth, saturating */
   uint8_t node;
   _Atomic uint8_t flags;            /* STRATA_EMU_* plus the private bits below */
-  uint16_t pad;
+  uint16_t policy;                  /* index of its bind policy (memory.c), 0 = default */
 } pte_t;
 enum { PTE_REFERENCED = 16 };       /* tpp: a hint fault already saw this page */
 
@@ -116,7 +117,6 @@ int lru_init(lru_t *c, uint64_t entries, uint64_t ways);
 int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
 void lru_flush(lru_t *c);
 void lru_remove(lru_t *c, uint64_t key);
-void emu_threads_each(void (*fn)(emu_thread_t *, void *), void *arg);
 int emu_nthreads(void);
 emu_thread_t *emu_thread_at(int i);
 

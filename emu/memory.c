@@ -68,7 +68,7 @@ void emu_unmap(uintptr_t start, size_t len) {
     if (atomic_load(&p->flags) & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
     atomic_store(&p->flags, 0);
     p->accesses = 0;
-    p->pad = 0;
+    p->policy = 0;
   }
   emu_shootdown(NULL, 0);
   pthread_mutex_unlock(&mem_lock);
@@ -106,7 +106,7 @@ int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode) {
   }
   for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
     pte_t *p = emu_pte_make(v);
-    if (p != &dummy) p->pad = (uint16_t)idx;
+    if (p != &dummy) p->policy = (uint16_t)idx;
   }
   pthread_mutex_unlock(&mem_lock);
   return 0;
@@ -119,7 +119,7 @@ static int default_node(void) {
 }
 
 static int choose_node(uint64_t vpn, const pte_t *pte) {
-  policy_t pol = policies[pte->pad < npolicies ? pte->pad : 0];
+  policy_t pol = policies[pte->policy < npolicies ? pte->policy : 0];
   int lowest = pol.mask ? __builtin_ctzll(pol.mask) : 0;
   switch (pol.mode) {
   case POL_PREFERRED:
