@@ -39,45 +39,37 @@ pub struct Args {
 
 /// Where libstrata.so is: --lib, $STRATA_LIB, beside the binary, the repository's build/.
 pub fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    find_built("libstrata.so", "STRATA_LIB", given, "make lib", "--lib")
+    match given {
+        Some(g) if g.is_file() => Ok(std::fs::canonicalize(g)?),
+        Some(g) => bail!("libstrata.so not found at {} (--lib)", g.display()),
+        None => find_built("libstrata.so", Some("STRATA_LIB"), "make lib"),
+    }
 }
 
-/// A file `make` builds into build/: `given`, $env_var, beside this binary, or the build/
-/// folder of the repository this binary was built from (also for target/emu/... binaries).
-pub fn find_built(
-    name: &str,
-    env_var: &str,
-    given: Option<&Path>,
-    make: &str,
-    flag: &str,
-) -> anyhow::Result<PathBuf> {
+/// A file `make` builds into build/: $env_var (if the file has one), beside this binary, or
+/// the build/ folder of the repository this binary was built from (also for target/emu/...).
+pub fn find_built(name: &str, env_var: Option<&str>, make: &str) -> anyhow::Result<PathBuf> {
     let mut tried = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(g) = given {
-        candidates.push(g.to_path_buf());
-    } else {
-        if let Some(e) = std::env::var_os(env_var) {
-            candidates.push(e.into());
-        }
-        if let Ok(exe) = std::env::current_exe() {
-            if let Some(dir) = exe.parent() {
-                candidates.push(dir.join(name));
-                candidates.push(dir.join("../../build").join(name));
-                candidates.push(dir.join("../lib").join(name));
-            }
-        }
-        candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build").join(name));
+    if let Some(e) = env_var.and_then(std::env::var_os) {
+        candidates.push(e.into());
     }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            candidates.push(dir.join(name));
+            candidates.push(dir.join("../../build").join(name));
+            candidates.push(dir.join("../lib").join(name));
+        }
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build").join(name));
     for c in candidates {
         if c.exists() {
             return Ok(std::fs::canonicalize(&c)?);
         }
         tried.push(c.display().to_string());
     }
-    bail!(
-        "{name} not found (looked at {}); build it with `{make}`, or pass {flag} / set {env_var}",
-        tried.join(", ")
-    )
+    let set = env_var.map(|v| format!(", or set {v}")).unwrap_or_default();
+    bail!("{name} not found (looked at {}); build it with `{make}`{set}", tried.join(", "))
 }
 
 /// Check a rules file with libstrata's own parser.

@@ -60,7 +60,7 @@ pub const RUSTC_FLAGS: &[&str] = &[
 ];
 
 fn emu_lib() -> anyhow::Result<PathBuf> {
-    crate::run::find_built("libstrata_emu.so", "STRATA_EMU_LIB", None, "make emu", "STRATA_EMU_LIB")
+    crate::run::find_built("libstrata_emu.so", Some("STRATA_EMU_LIB"), "make emu")
 }
 
 fn include_dir() -> PathBuf {

@@ -47,11 +47,8 @@ struct Workload {
     emulator_ll_misses: u64,
     d1_rel_err: f64,
     ll_rel_err: f64,
-    accesses: u64,
-    native_s: f64,
-    emulated_s: f64,
-    accesses_per_sec: f64,
-    slowdown: f64,
+    #[serde(flatten)]
+    speed: Speed,
 }
 
 #[derive(Serialize)]
@@ -59,11 +56,30 @@ struct Layout {
     args: Vec<String>,
     native_nodes_per_sec: Value,
     emulated_nodes_per_sec: Value,
+    #[serde(flatten)]
+    speed: Speed,
+}
+
+/// One program run natively and on the emulator: how fast the emulator was.
+#[derive(Serialize)]
+struct Speed {
     accesses: u64,
     native_s: f64,
     emulated_s: f64,
     accesses_per_sec: f64,
     slowdown: f64,
+}
+
+impl Speed {
+    fn new(accesses: u64, native_s: f64, emulated_s: f64) -> Speed {
+        Speed {
+            accesses,
+            native_s,
+            emulated_s,
+            accesses_per_sec: accesses as f64 / emulated_s,
+            slowdown: emulated_s / native_s,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -85,7 +101,7 @@ struct Report {
 }
 
 fn built(name: &str) -> anyhow::Result<PathBuf> {
-    crate::run::find_built(name, "STRATA_EMU_BUILD_UNUSED", None, "make emu", "(none)")
+    crate::run::find_built(name, None, "make emu")
 }
 
 /// The `strata` binary built for the emulated machine by `make emu`.
@@ -175,11 +191,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             emulator_ll_misses: ll,
             d1_rel_err: rel(d1, cg_d1),
             ll_rel_err: rel(ll, cg_ll),
-            accesses: acc,
-            native_s,
-            emulated_s: rep.wall_s,
-            accesses_per_sec: acc as f64 / rep.wall_s,
-            slowdown: rep.wall_s / native_s,
+            speed: Speed::new(acc, native_s, rep.wall_s),
         });
     }
 
@@ -215,21 +227,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
     let sp_n = nat["traversal_speedup"].as_f64().context("native traversal_speedup")?;
     let sp_e = em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?;
-    let lacc = rep.total("accesses");
     let layout = Layout {
         args: largs,
         native_nodes_per_sec: nat["traversal_nodes_per_sec"].clone(),
         emulated_nodes_per_sec: em["traversal_nodes_per_sec"].clone(),
-        accesses: lacc,
-        native_s,
-        emulated_s: rep.wall_s,
-        accesses_per_sec: lacc as f64 / rep.wall_s,
-        slowdown: rep.wall_s / native_s,
+        speed: Speed::new(rep.total("accesses"), native_s, rep.wall_s),
     };
 
-    let acc: u64 = workloads.iter().map(|w| w.accesses).sum::<u64>() + layout.accesses;
-    let esec: f64 = workloads.iter().map(|w| w.emulated_s).sum::<f64>() + layout.emulated_s;
-    let nsec: f64 = workloads.iter().map(|w| w.native_s).sum::<f64>() + layout.native_s;
+    let runs: Vec<&Speed> = workloads.iter().map(|w| &w.speed).chain([&layout.speed]).collect();
+    let acc: u64 = runs.iter().map(|r| r.accesses).sum();
+    let esec: f64 = runs.iter().map(|r| r.emulated_s).sum();
+    let nsec: f64 = runs.iter().map(|r| r.native_s).sum();
     let report = Report {
         max_miss_rel_err: workloads.iter().map(|w| w.d1_rel_err.max(w.ll_rel_err)).fold(0.0, f64::max),
         layout_speedup_native: sp_n,
@@ -258,7 +266,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "{:<16} {:>12} {:>12} {:>7.3}% {:>12} {:>12} {:>7.3}% {:>10.1} {:>8.1}x\n",
             w.name, w.cachegrind_d1_misses, w.emulator_d1_misses, 100.0 * w.d1_rel_err,
             w.cachegrind_ll_misses, w.emulator_ll_misses, 100.0 * w.ll_rel_err,
-            w.accesses_per_sec / 1e6, w.slowdown
+            w.speed.accesses_per_sec / 1e6, w.speed.slowdown
         );
     }
     s += &format!(
