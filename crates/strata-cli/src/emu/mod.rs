@@ -125,8 +125,10 @@ pub fn cargo_command(args: &[String]) -> anyhow::Result<Proc> {
     let lib = emu_lib()?;
     let dir = lib.parent().context("libstrata_emu.so's folder")?;
     let mut flags: Vec<String> = RUSTC_FLAGS.iter().map(|s| s.to_string()).collect();
-    flags.push(format!("-Clink-arg=-L{}", dir.display()));
-    flags.push("-Clink-arg=-lstrata_emu".into());
+    // `-l` (not a link-arg) puts the library before std's -lc on the link line, so its
+    // memcpy, memmove and memset come first in symbol lookup and bulk copies are counted
+    flags.push(format!("-L{}", dir.display()));
+    flags.push("-ldylib=strata_emu".into());
     flags.push(format!("-Clink-arg=-Wl,-rpath,{}", dir.display()));
     let mut c = Proc::new("cargo");
     let (sub, rest) = args.split_first().context("strata emu cargo: which cargo command?")?;
@@ -142,6 +144,15 @@ pub fn cargo_command(args: &[String]) -> anyhow::Result<Proc> {
 fn cargo(args: &[String]) -> anyhow::Result<i32> {
     let s = cargo_command(args)?.status().context("running cargo")?;
     Ok(status_code(s))
+}
+
+/// The `strata` binary built for the emulated machine by `make emu`.
+pub fn emu_strata() -> anyhow::Result<PathBuf> {
+    let p = cargo_target_dir().join(host_triple()?).join("release/strata");
+    if !p.is_file() {
+        bail!("{} not found: build it with `make emu`", p.display());
+    }
+    Ok(p)
 }
 
 /// An emulated machine: a preset's settings, then overrides, as STRATA_EMU wants them.
