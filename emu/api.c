@@ -158,8 +158,9 @@ void emu_config_load(void) {
   emu_config_t *c = &emu_cfg;
   if (c->nnodes < 1 || c->nnodes > EMU_MAX_NODES) die("nodes must be 1..8:", "nodes", 5);
   for (int i = 0; i < c->nnodes; i++)
-    if (c->rd_mbps[i] <= 0 || c->wr_mbps[i] <= 0 || c->cap_bytes[i] == 0)
-      die("every node needs a bandwidth and a capacity:", "read_mbps/capacity", 18);
+    if (c->rd_mbps[i] <= 0 || c->wr_mbps[i] <= 0 || (c->cap_bytes[i] == 0 && i == c->nnodes - 1))
+      die("every node needs a bandwidth, the last one a capacity (a faster node may have 0: "
+          "everything then starts below it):", "read_mbps/capacity", 18);
   if (c->mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
     die("mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
   if (c->kernel == KERNEL_TPP) emu_next_tick_ps = (uint64_t)emu_ps(c->tpp_scan_period_ns);
@@ -386,9 +387,10 @@ __attribute__((destructor)) static void report(void) {
     if (t->clock_ps > sim_ps) sim_ps = t->clock_ps;
     for (int n = 0; n < emu_cfg.nnodes; n++) node_acc[n] += t->node_accesses[n];
   }
-  put(&o, "{\"version\": 1, \"preset\": \"%s\", \"kernel\": \"%s\", \"sim_ns\": %llu, \"threads\": %d,\n",
+  put(&o, "{\"version\": 1, \"preset\": \"%s\", \"kernel\": \"%s\", \"sim_ns\": %llu, \"threads\": %d,\n"
+          " \"peak_resident_pages\": %llu,\n",
       preset_name, emu_cfg.kernel == KERNEL_TPP ? "tpp" : "none",
-      (unsigned long long)(sim_ps / 1000), nt);
+      (unsigned long long)(sim_ps / 1000), nt, (unsigned long long)emu_peak_resident);
   put(&o, " \"totals\": {");
   put_counters(&o, total);
   put(&o, "},\n \"background\": {\"ns\": %llu, \"moved_pages\": %llu, \"promoted_pages\": %llu, "

@@ -130,6 +130,7 @@ int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode);
 int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
                    int async);
 extern _Atomic uint64_t emu_resident[EMU_MAX_NODES];
+extern uint64_t emu_peak_resident;
 extern _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
 extern uint64_t emu_next_tick_ps;
 void emu_shootdown(const uint64_t *vpns, size_t n);

@@ -27,6 +27,7 @@ static _Atomic(pte_t *) top[TOP_ENTRIES];
 static pte_t dummy; /* for addresses beyond the user address space */
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t emu_resident[EMU_MAX_NODES];
+uint64_t emu_peak_resident; /* most pages resident at once, all nodes (under mem_lock) */
 _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
 uint64_t emu_next_tick_ps = UINT64_MAX;
 
@@ -336,6 +337,9 @@ void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
     pte->node = (uint8_t)node;
     atomic_fetch_or(&pte->flags, STRATA_EMU_PRESENT);
     atomic_fetch_add(&emu_resident[node], 1);
+    uint64_t all = 0;
+    for (int n = 0; n < emu_cfg.nnodes; n++) all += atomic_load(&emu_resident[n]);
+    if (all > emu_peak_resident) emu_peak_resident = all;
     t->page_faults++;
     t->clock_ps += (uint64_t)emu_ps(emu_cfg.fault_ns);
     maybe_demote();
