@@ -55,11 +55,10 @@ impl EmuReport {
     pub fn total(&self, key: &str) -> u64 {
         self.json["totals"][key].as_u64().unwrap_or(0)
     }
-    /// Pages resident on any node at exit: the program's footprint as the emulator saw it.
-    pub fn resident_pages(&self) -> u64 {
-        self.json["nodes"].as_array().map_or(0, |n| {
-            n.iter().map(|x| x["resident_pages"].as_u64().unwrap_or(0)).sum()
-        })
+    /// The most pages resident at once (all nodes): the program's footprint as the emulator
+    /// saw it (pages unmapped before exit included).
+    pub fn peak_resident_pages(&self) -> u64 {
+        self.json["peak_resident_pages"].as_u64().unwrap_or(0)
     }
 }
 
@@ -139,7 +138,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let mut c = Proc::new(&a.command[0]);
         c.args(&a.command[1..]).stdout(std::process::Stdio::null());
         let (_, _, rep) = run_emulated(&probe, &mut c, false)?;
-        let bytes = rep.resident_pages() * 4096;
+        let bytes = rep.peak_resident_pages() * 4096;
         footprint = Some(bytes);
         let fast = ((bytes as f64 * r) as u64).max(4096);
         m.set_fast_bytes(fast);

@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{host_triple, run_emulated, Machine};
+use super::{run_emulated, Machine};
 use crate::output::{emit, emit_json, progress};
 
 #[derive(clap::Args)]
@@ -102,15 +102,6 @@ struct Report {
 
 fn built(name: &str) -> anyhow::Result<PathBuf> {
     crate::run::find_built(name, None, "make emu")
-}
-
-/// The `strata` binary built for the emulated machine by `make emu`.
-fn emu_strata() -> anyhow::Result<PathBuf> {
-    let p = super::cargo_target_dir().join(host_triple()?).join("release/strata");
-    if !p.is_file() {
-        bail!("{} not found: build it with `make emu`", p.display());
-    }
-    Ok(p)
 }
 
 fn wall(cmd: &mut Proc) -> anyhow::Result<(f64, Vec<u8>)> {
@@ -219,7 +210,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (native_s, out) = wall(&mut native)?;
     let nat: Value = serde_json::from_slice(&out).context("native locality JSON")?;
     say("layout: the same on the emulated host preset");
-    let mut emu = Proc::new(emu_strata()?);
+    let mut emu = Proc::new(super::emu_strata()?);
     emu.args(&largs);
     let (st, out, rep) = run_emulated(&host, &mut emu, true)?;
     anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
