@@ -1,11 +1,16 @@
 //! Drivers: run a workload's load and transaction phases against a database, from many
 //! threads, timing every operation into HDR histograms. `Db` is what a driver needs of a
-//! database; the in-process engine implements it here (the network client will too).
+//! database; the in-process engine implements it here, the network clients in their files.
+//!
+//! Time is `strata::now_ns()`: monotonic time natively, the thread's simulated clock on the
+//! emulated machine. A phase lasts as long as its slowest worker, measured by each worker on
+//! its own clock (simulated clocks are per thread).
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use strata::now_ns;
 use strata_kv::Store;
 
 use crate::workload::{fill_field, key_name, KeySequence, Op, OpStream, Workload};
@@ -47,7 +52,7 @@ impl Db for Store {
 }
 
 /// Latency summary of one operation type, in microseconds.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Latency {
     pub count: u64,
     pub mean_us: f64,
@@ -66,6 +71,11 @@ pub struct PhaseResult {
     /// reads of keys that should exist but did not, and similar: must be 0
     pub errors: u64,
     pub latency: BTreeMap<&'static str, Latency>,
+}
+
+/// A phase's duration in seconds (at least 1 ns, so rates stay finite).
+fn seconds(ns: u64) -> f64 {
+    ns.max(1) as f64 / 1e9
 }
 
 fn new_hist() -> Histogram<u64> {
@@ -114,8 +124,8 @@ pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseRes
     let threads = threads.max(1) as u64;
     let done = AtomicU64::new(0);
     let stop = AtomicU64::new(0);
-    let start = Instant::now();
     let mut hists = Vec::new();
+    let mut longest = 0;
     std::thread::scope(|s| {
         s.spawn(|| progress_loop("load", &done, wl.recordcount, &stop, quiet));
         let workers: Vec<_> = (0..threads)
@@ -126,23 +136,26 @@ pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseRes
                     let mut rec = vec![0u8; wl.record_bytes()];
                     // record i goes to thread i % threads: keys interleave like YCSB's load
                     let mut i = t;
+                    let begin = now_ns();
                     while i < wl.recordcount {
                         for f in 0..wl.fieldcount {
                             fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], i, f, 0);
                         }
                         let key = key_name(i, wl.insertorder_hashed);
-                        let t0 = Instant::now();
+                        let t0 = now_ns();
                         db.insert(key.as_bytes(), &rec);
-                        h.record(t0.elapsed().as_nanos() as u64).ok();
+                        h.record(now_ns() - t0).ok();
                         done.fetch_add(1, Ordering::Relaxed);
                         i += threads;
                     }
-                    h
+                    (h, now_ns() - begin)
                 })
             })
             .collect();
         for w in workers {
-            hists.push(w.join().expect("load thread"));
+            let (h, ns) = w.join().expect("load thread");
+            hists.push(h);
+            longest = longest.max(ns);
         }
         stop.store(1, Ordering::Relaxed);
     });
@@ -150,7 +163,7 @@ pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseRes
     for h in &hists {
         total.add(h).ok();
     }
-    summarize(wl.recordcount, start.elapsed().as_secs_f64(), 0, BTreeMap::from([(Op::Insert, total)]))
+    summarize(wl.recordcount, seconds(longest), 0, BTreeMap::from([(Op::Insert, total)]))
 }
 
 /// Run operationcount operations (split across threads) after a load.
@@ -160,8 +173,8 @@ pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -
     let done = AtomicU64::new(0);
     let errors = AtomicU64::new(0);
     let stop = AtomicU64::new(0);
-    let start = Instant::now();
     let mut per_thread = Vec::new();
+    let mut longest = 0;
     std::thread::scope(|s| {
         s.spawn(|| progress_loop("run", &done, wl.operationcount, &stop, quiet));
         let workers: Vec<_> = (0..threads)
@@ -174,10 +187,11 @@ pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -
                     let mut field = vec![0u8; wl.fieldlength];
                     let mut rec = vec![0u8; wl.record_bytes()];
                     let n = wl.operationcount / threads + u64::from(t < wl.operationcount % threads);
+                    let begin = now_ns();
                     for i in 0..n {
                         let (op, keynum) = stream.next_op();
                         let key = key_name(keynum, wl.insertorder_hashed);
-                        let t0 = Instant::now();
+                        let t0 = now_ns();
                         let ok = match op {
                             Op::Read => db.read(key.as_bytes(), &mut buf),
                             Op::Update => {
@@ -199,27 +213,28 @@ pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -
                                 true
                             }
                         };
-                        hists.get_mut(&op).unwrap().record(t0.elapsed().as_nanos() as u64).ok();
+                        hists.get_mut(&op).unwrap().record(now_ns() - t0).ok();
                         if !ok {
                             errors.fetch_add(1, Ordering::Relaxed);
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
-                    hists
+                    (hists, now_ns() - begin)
                 })
             })
             .collect();
         for w in workers {
-            per_thread.push(w.join().expect("run thread"));
+            let (h, ns) = w.join().expect("run thread");
+            per_thread.push(h);
+            longest = longest.max(ns);
         }
         stop.store(1, Ordering::Relaxed);
     });
-    let secs = start.elapsed().as_secs_f64();
     let mut merged: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
     for h in per_thread {
         for (op, hist) in h {
             merged.get_mut(&op).unwrap().add(&hist).ok();
         }
     }
-    summarize(wl.operationcount, secs, errors.load(Ordering::Relaxed), merged)
+    summarize(wl.operationcount, seconds(longest), errors.load(Ordering::Relaxed), merged)
 }
