@@ -19,7 +19,8 @@ pub struct ServeArgs {
     /// Address to listen on (loopback by default)
     #[arg(long, default_value = "127.0.0.1:6380")]
     addr: String,
-    /// Engine variant: std (glibc malloc) or nextto (an arena per bucket, NextTo)
+    /// Engine variant: std (glibc malloc), nextto (an arena per bucket, NextTo) or
+    /// nextto-split (as nextto, with the values in a second arena per bucket)
     #[arg(long, default_value = "nextto")]
     variant: String,
     /// Hash buckets (a fixed array, as in M2T; rounded up to a power of two)
@@ -35,7 +36,7 @@ pub struct ServeArgs {
 
 pub fn run(c: KvCommand) -> anyhow::Result<i32> {
     let KvCommand::Serve(a) = c;
-    let variant = Variant::parse(&a.variant).with_context(|| format!("unknown variant '{}' (std, nextto)", a.variant))?;
+    let variant = Variant::parse(&a.variant).with_context(|| format!("unknown variant '{}' (std, nextto, nextto-split)", a.variant))?;
     let store = Arc::new(Store::new(variant, a.buckets));
     let cfg = Config { limits: Limits { max_bulk: a.max_bulk as usize, ..Limits::default() }, max_clients: a.max_clients };
     let server = Server::bind(&a.addr, store.clone(), cfg).with_context(|| format!("listening on {}", a.addr))?;

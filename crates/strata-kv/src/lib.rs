@@ -10,6 +10,10 @@
 //! - `nextto`: every bucket has its own Strata arena; a new node is allocated next to the
 //!   bucket's previous head, its key next to the node and its value next to the key, so a
 //!   bucket's chain, keys and values share pages (M2T's NextTo hash table).
+//! - `nextto-split`: as `nextto`, but a bucket's values go to a second arena of the bucket,
+//!   each next to the bucket's previous value. A lookup walks nodes and compares keys, and
+//!   reads one value at the end: with the values apart, the walked nodes and keys of a bucket
+//!   pack into a page or two instead of being spread 1 KB apart between values.
 pub mod resp;
 pub mod server;
 
@@ -25,14 +29,16 @@ use strata_sys as sys;
 pub enum Variant {
     Std,
     NextTo,
+    NextToSplit,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 2] = [Variant::Std, Variant::NextTo];
+    pub const ALL: [Variant; 3] = [Variant::Std, Variant::NextTo, Variant::NextToSplit];
     pub fn name(self) -> &'static str {
         match self {
             Variant::Std => "std",
             Variant::NextTo => "nextto",
+            Variant::NextToSplit => "nextto-split",
         }
     }
     pub fn parse(s: &str) -> Option<Variant> {
@@ -53,7 +59,8 @@ struct Node {
 
 struct Chain {
     head: *mut Node,
-    arena: *mut sys::strata_arena_t, // nextto only, made on first insert
+    arena: *mut sys::strata_arena_t,  // nextto variants, made on first insert
+    values: *mut sys::strata_arena_t, // nextto-split's values, made on first insert
 }
 
 // The raw pointers are only touched under the bucket's lock.
@@ -82,7 +89,7 @@ impl Store {
     /// A store with `buckets` chains (rounded up to a power of two).
     pub fn new(variant: Variant, buckets: usize) -> Store {
         let n = buckets.max(1).next_power_of_two();
-        let buckets = (0..n).map(|_| Mutex::new(Chain { head: ptr::null_mut(), arena: ptr::null_mut() })).collect();
+        let buckets = (0..n).map(|_| Mutex::new(Chain { head: ptr::null_mut(), arena: ptr::null_mut(), values: ptr::null_mut() })).collect();
         Store { variant, buckets, len: AtomicUsize::new(0) }
     }
 
@@ -107,25 +114,27 @@ impl Store {
         &self.buckets[(h as usize) & (self.buckets.len() - 1)]
     }
 
-    /// `size` bytes placed as the variant says; `near` is the object to be next to (nextto).
-    unsafe fn alloc(&self, chain: &mut Chain, size: usize, near: *const c_void) -> *mut u8 {
-        let p = match self.variant {
-            Variant::Std => libc::malloc(size.max(1)),
-            Variant::NextTo => {
-                if chain.arena.is_null() {
-                    chain.arena = sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT));
-                    assert!(!chain.arena.is_null(), "strata_arena_new failed");
-                }
-                let mut place;
-                if near.is_null() {
-                    place = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
-                    place.u.arena = chain.arena;
-                } else {
-                    place = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
-                    place.u.ptr = near;
-                }
-                sys::strata_malloc(size, place)
+    /// `size` bytes placed as the variant says; `near` is the object to be next to (nextto
+    /// variants; null: anywhere in the bucket's arena). A `value` goes to the bucket's value
+    /// arena in nextto-split.
+    unsafe fn alloc(&self, chain: &mut Chain, size: usize, near: *const c_void, value: bool) -> *mut u8 {
+        let p = if self.variant == Variant::Std {
+            libc::malloc(size.max(1))
+        } else {
+            let arena = if value && self.variant == Variant::NextToSplit { &mut chain.values } else { &mut chain.arena };
+            if arena.is_null() {
+                *arena = sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT));
+                assert!(!arena.is_null(), "strata_arena_new failed");
             }
+            let mut place;
+            if near.is_null() {
+                place = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
+                place.u.arena = *arena;
+            } else {
+                place = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
+                place.u.ptr = near;
+            }
+            sys::strata_malloc(size, place)
         };
         assert!(!p.is_null(), "out of memory");
         p as *mut u8
@@ -134,7 +143,7 @@ impl Store {
     unsafe fn free(&self, p: *mut u8) {
         match self.variant {
             Variant::Std => libc::free(p as *mut c_void),
-            Variant::NextTo => sys::strata_free(p as *mut c_void),
+            Variant::NextTo | Variant::NextToSplit => sys::strata_free(p as *mut c_void),
         }
     }
 
@@ -184,7 +193,8 @@ impl Store {
                 if new.len() <= node.val_cap {
                     ptr::copy_nonoverlapping(new.as_ptr(), node.val, new.len()); // in place
                 } else {
-                    let v = self.alloc(&mut chain, new.len(), n as *const c_void);
+                    let near = if self.variant == Variant::NextToSplit { node.val } else { n as *mut u8 };
+                    let v = self.alloc(&mut chain, new.len(), near as *const c_void, true);
                     ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
                     self.free(node.val);
                     node.val = v;
@@ -195,9 +205,15 @@ impl Store {
             }
             let Some(new) = f(None) else { return (false, false) };
             let head = chain.head;
-            let node = self.alloc(&mut chain, std::mem::size_of::<Node>(), head as *const c_void) as *mut Node;
-            let k = self.alloc(&mut chain, key.len(), node as *const c_void);
-            let v = self.alloc(&mut chain, new.len(), k as *const c_void);
+            let node = self.alloc(&mut chain, std::mem::size_of::<Node>(), head as *const c_void, false) as *mut Node;
+            let k = self.alloc(&mut chain, key.len(), node as *const c_void, false);
+            // nextto: the value next to its key; nextto-split: next to the bucket's last value
+            let vnear = match self.variant {
+                Variant::NextToSplit if head.is_null() => ptr::null(),
+                Variant::NextToSplit => (*head).val as *const c_void,
+                _ => k as *const c_void,
+            };
+            let v = self.alloc(&mut chain, new.len(), vnear, true);
             ptr::copy_nonoverlapping(key.as_ptr(), k, key.len());
             ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
             node.write(Node { next: head, hash: h, key: k, val: v, key_len: key.len(), val_len: new.len(), val_cap: new.len() });
@@ -245,7 +261,7 @@ impl Store {
         out
     }
 
-    /// Remove everything (and, for nextto, give every bucket's pages back).
+    /// Remove everything (and, for the nextto variants, give every bucket's pages back).
     pub fn clear(&self) {
         for b in self.buckets.iter() {
             let mut chain = b.lock().unwrap();
@@ -255,16 +271,18 @@ impl Store {
 
     fn clear_chain(&self, chain: &mut Chain) {
         unsafe {
-            if self.variant == Variant::NextTo {
-                if !chain.arena.is_null() {
-                    let mut n = chain.head;
-                    while !n.is_null() {
-                        n = (*n).next;
-                        self.len.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    sys::strata_arena_destroy(chain.arena); // frees every node, key and value
+            if self.variant != Variant::Std {
+                let mut n = chain.head;
+                while !n.is_null() {
+                    n = (*n).next;
+                    self.len.fetch_sub(1, Ordering::Relaxed);
                 }
-                chain.arena = ptr::null_mut();
+                for arena in [&mut chain.arena, &mut chain.values] {
+                    if !arena.is_null() {
+                        sys::strata_arena_destroy(*arena); // frees every node, key and value
+                    }
+                    *arena = ptr::null_mut();
+                }
             } else {
                 let mut n = chain.head;
                 while !n.is_null() {

@@ -1,4 +1,4 @@
-//! The engine in both variants: every operation against a model (a HashMap), any key and
+//! The engine in every variant: every operation against a model (a HashMap), any key and
 //! value sizes, many threads at once, and the locality property of nextto.
 use std::collections::HashMap;
 use std::sync::Arc;
