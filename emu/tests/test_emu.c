@@ -88,6 +88,14 @@ static void test_first_touch(void) {
   CHECK(strata_emu_node_of(&on0) == 0);
   char *untouched = fresh(PAGE);
   CHECK(strata_emu_node_of(untouched) == -1);
+  /* capacity 0 (far-only runs): every new page starts on node 1, and the peak counts them */
+  emu_cfg.cap_bytes[0] = 0;
+  volatile char *q = fresh(4 * PAGE);
+  for (int i = 0; i < 4; i++) q[i * PAGE] = 1;
+  int far = 0;
+  for (int i = 0; i < 4; i++) far += strata_emu_node_of((const void *)(q + i * PAGE)) == 1;
+  strata_emu_residency(res, 2);
+  CHECK(far == 4 && emu_peak_resident >= res[0] + res[1]);
   emu_cfg.cap_bytes[0] = saved;
 }
 
