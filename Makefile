@@ -54,10 +54,11 @@ rust:
 bootstrap:
 	@scripts/bootstrap.sh
 
-run: bootstrap all
+run: bootstrap all emu
 	target/release/strata topo
 	target/release/strata bench locality
 	target/release/strata bench ycsb --records 100000 --ops 400000 --out build/ycsb
+	target/release/strata bench ycsb --emulate m2t --workloads c --out build/ycsb-emulated
 
 # the emulated machine (emu/): never instrumented itself, and compiled so that the compiler
 # emits no calls to the memcpy/memmove/memset it interposes

@@ -271,10 +271,10 @@ fn ycsb_bench_json_shape_and_plots() {
         "--json", "-q", "--out", dir.to_str().unwrap(),
     ]);
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "2 thetas x std, nextto");
+    assert_eq!(rows.len(), 6, "2 thetas x std, nextto, nextto-split");
     for r in rows {
         assert_eq!(r["workload"], "c");
-        assert!(["std", "nextto"].contains(&r["variant"].as_str().unwrap()));
+        assert!(["std", "nextto", "nextto-split"].contains(&r["variant"].as_str().unwrap()));
         assert_eq!(r["machine"], "native");
         assert!(r["config"].is_string());
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
@@ -288,9 +288,6 @@ fn ycsb_bench_json_shape_and_plots() {
         assert!(text.len() > 100, "{f}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
-    let (code, _, err) = strata(&["bench", "ycsb", "--emulate", "m2t", "-q"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("not built yet"), "{err}");
     let (code, _, err) = strata(&["bench", "ycsb", "--theta", "3", "-q"]);
     assert_eq!(code, 1);
     assert!(err.contains("0.25 and 2.0"), "{err}");

@@ -134,3 +134,63 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     assert!(v["accesses_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(v["workloads"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn ycsb_on_the_emulated_machine() {
+    // M2T's configurations, small: 4,000 records (about 5 MiB), chains of about 60 nodes
+    let v = json_of(strata().args([
+        "bench", "ycsb", "--emulate", "m2t", "--workloads", "c", "--theta", "0.99", "--records", "4000",
+        "--ops", "4000", "--json", "--quiet",
+    ]));
+    let rows = v["results"].as_array().unwrap();
+    let got: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r["variant"].as_str().unwrap().to_string(), r["config"].as_str().unwrap().to_string()))
+        .collect();
+    let want = [
+        ("std", "all-fast"), ("std", "far-only"),
+        ("std", "first-touch"), ("nextto", "first-touch"), ("nextto-split", "first-touch"),
+        ("std", "tpp"), ("nextto", "tpp"), ("nextto-split", "tpp"),
+        ("nextto", "all-fast"), ("nextto-split", "all-fast"),
+    ];
+    assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())));
+    let row = |var: &str, cfg: &str| rows.iter().find(|r| r["variant"] == var && r["config"] == cfg).unwrap();
+    let e = |var: &str, cfg: &str, k: &str| row(var, cfg)["emulated"][k].as_u64().unwrap();
+    for r in rows {
+        assert_eq!(r["workload"], "c");
+        assert_eq!(r["machine"], "m2t");
+        assert_eq!(r["errors"], 0);
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(r["emulated"]["accesses"].as_u64().unwrap() > 4000);
+    }
+    // the baseline runs on far memory only, the upper bound on fast memory only
+    assert_eq!(e("std", "far-only", "fast_accesses"), 0);
+    assert!(e("std", "far-only", "far_accesses") > 0);
+    assert_eq!(e("std", "all-fast", "far_accesses"), 0);
+    assert_eq!(row("std", "far-only")["emulated"]["speedup_over_far_only"], 1.0);
+    // first touch: a fast tier of 59 % of the footprint the all-fast run measured
+    let footprint = e("std", "all-fast", "footprint_bytes") as f64;
+    assert!(footprint > 4.0e6, "{footprint}");
+    let fast = e("std", "first-touch", "fast_bytes") as f64;
+    assert!((fast / footprint - 0.59).abs() < 0.01, "{fast} of {footprint}");
+    assert!(e("std", "first-touch", "fast_accesses") > 0 && e("std", "first-touch", "far_accesses") > 0);
+    // nextto keeps each chain on few pages: fewer page walks than std on the same machine
+    for cfg in ["first-touch", "all-fast"] {
+        assert!(e("nextto", cfg, "stlb_misses") < e("std", cfg, "stlb_misses"), "{cfg}");
+        assert!(e("nextto-split", cfg, "stlb_misses") < e("std", cfg, "stlb_misses"), "{cfg}");
+    }
+    assert!(v["ratios"].as_array().unwrap().iter().any(|r| r["config"] == "tpp"));
+    assert!(v["scale"].as_str().unwrap().contains("59 %"));
+    // refusals
+    for (args, says) in [
+        (vec!["--emulate", "nosuch"], "nosuch"),
+        (vec!["--emulate", "m2t", "--network"], "in process only"),
+        (vec!["--set", "llc=1M"], "--emulate"),
+        (vec!["--emulate", "m2t", "--fast-ratio", "1.5"], "between 0 and 1"),
+    ] {
+        let o = strata().args(["bench", "ycsb", "-q", "--records", "100", "--ops", "100"]).args(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
