@@ -580,7 +580,7 @@ fn table(report: &Report, emulated: Option<&str>) -> String {
 
 const W: f64 = 640.0;
 const H: f64 = 360.0;
-const COLORS: [&str; 8] = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"];
+const COLORS: [&str; 10] = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"];
 
 /// What the plots draw: native in-process rows by variant, normalized to std; or emulated rows
 /// by variant and configuration, normalized to std on far memory only (M2T's Fig. 2).
@@ -632,7 +632,7 @@ fn svg_frame(title: &str, ylabel: &str, body: &str) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n\
+         <text x=\"{}\" y=\"16\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n\
          <text x=\"12\" y=\"{}\" transform=\"rotate(-90 12 {})\" text-anchor=\"middle\">{ylabel}</text>\n\
          <line x1=\"60\" y1=\"40\" x2=\"60\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"60\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n{body}</svg>\n",
         W / 2.0,
@@ -679,7 +679,7 @@ fn fig2(r: &Report) -> String {
 fn legend(names: &[String]) -> String {
     let mut b = String::new();
     for (j, n) in names.iter().enumerate() {
-        let (x, y) = (70.0 + (j % 4) as f64 * 140.0, 30.0 + (j / 4) as f64 * 14.0);
+        let (x, y) = (70.0 + (j % 4) as f64 * 140.0, 33.0 + (j / 4) as f64 * 14.0);
         let _ = writeln!(b, "<rect x=\"{x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{n}</text>", y - 9.0, COLORS[j % COLORS.len()], x + 15.0, y);
     }
     b
