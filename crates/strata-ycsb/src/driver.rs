@@ -119,116 +119,107 @@ fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64, qui
     }
 }
 
-/// Insert records 0..recordcount (split across threads).
-pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseResult {
-    let threads = threads.max(1) as u64;
+/// Run `work(t, done)` on `threads` workers (t = 0..threads) beside a progress line that
+/// follows `done` up to `total`. Returns each worker's result and the phase's length: the
+/// longest worker, each timed on its own clock.
+fn on_workers<R: Send>(what: &str, total: u64, threads: u64, quiet: bool, work: impl Fn(u64, &AtomicU64) -> R + Sync) -> (Vec<R>, u64) {
     let done = AtomicU64::new(0);
     let stop = AtomicU64::new(0);
-    let mut hists = Vec::new();
-    let mut longest = 0;
+    let (mut out, mut longest) = (Vec::new(), 0);
     std::thread::scope(|s| {
-        s.spawn(|| progress_loop("load", &done, wl.recordcount, &stop, quiet));
+        s.spawn(|| progress_loop(what, &done, total, &stop, quiet));
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let done = &done;
+                let (done, work) = (&done, &work);
                 s.spawn(move || {
-                    let mut h = new_hist();
-                    let mut rec = vec![0u8; wl.record_bytes()];
-                    // record i goes to thread i % threads: keys interleave like YCSB's load
-                    let mut i = t;
                     let begin = now_ns();
-                    while i < wl.recordcount {
-                        for f in 0..wl.fieldcount {
-                            fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], i, f, 0);
-                        }
-                        let key = key_name(i, wl.insertorder_hashed);
-                        let t0 = now_ns();
-                        db.insert(key.as_bytes(), &rec);
-                        h.record(now_ns() - t0).ok();
-                        done.fetch_add(1, Ordering::Relaxed);
-                        i += threads;
-                    }
-                    (h, now_ns() - begin)
+                    let r = work(t, done);
+                    (r, now_ns() - begin)
                 })
             })
             .collect();
         for w in workers {
-            let (h, ns) = w.join().expect("load thread");
-            hists.push(h);
+            let (r, ns) = w.join().expect("worker thread");
+            out.push(r);
             longest = longest.max(ns);
         }
         stop.store(1, Ordering::Relaxed);
+    });
+    (out, longest)
+}
+
+/// Insert records 0..recordcount (split across threads).
+pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseResult {
+    let threads = threads.max(1) as u64;
+    let (hists, ns) = on_workers("load", wl.recordcount, threads, quiet, |t, done| {
+        let mut h = new_hist();
+        let mut rec = vec![0u8; wl.record_bytes()];
+        // record i goes to thread i % threads: keys interleave like YCSB's load
+        let mut i = t;
+        while i < wl.recordcount {
+            for f in 0..wl.fieldcount {
+                fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], i, f, 0);
+            }
+            let key = key_name(i, wl.insertorder_hashed);
+            let t0 = now_ns();
+            db.insert(key.as_bytes(), &rec);
+            h.record(now_ns() - t0).ok();
+            done.fetch_add(1, Ordering::Relaxed);
+            i += threads;
+        }
+        h
     });
     let mut total = new_hist();
     for h in &hists {
         total.add(h).ok();
     }
-    summarize(wl.recordcount, seconds(longest), 0, BTreeMap::from([(Op::Insert, total)]))
+    summarize(wl.recordcount, seconds(ns), 0, BTreeMap::from([(Op::Insert, total)]))
 }
 
 /// Run operationcount operations (split across threads) after a load.
 pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -> PhaseResult {
     let threads = threads.max(1) as u64;
     let keys = KeySequence::new(wl.recordcount);
-    let done = AtomicU64::new(0);
     let errors = AtomicU64::new(0);
-    let stop = AtomicU64::new(0);
-    let mut per_thread = Vec::new();
-    let mut longest = 0;
-    std::thread::scope(|s| {
-        s.spawn(|| progress_loop("run", &done, wl.operationcount, &stop, quiet));
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (done, errors, keys) = (&done, &errors, keys.clone());
-                s.spawn(move || {
-                    let mut stream = OpStream::new(wl, seed.wrapping_add(t * 0x1000_0001), keys.clone());
-                    let mut hists: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
-                    let mut buf = Vec::with_capacity(wl.record_bytes());
-                    let mut field = vec![0u8; wl.fieldlength];
-                    let mut rec = vec![0u8; wl.record_bytes()];
-                    let n = wl.operationcount / threads + u64::from(t < wl.operationcount % threads);
-                    let begin = now_ns();
-                    for i in 0..n {
-                        let (op, keynum) = stream.next_op();
-                        let key = key_name(keynum, wl.insertorder_hashed);
-                        let t0 = now_ns();
-                        let ok = match op {
-                            Op::Read => db.read(key.as_bytes(), &mut buf),
-                            Op::Update => {
-                                let f = stream.field();
-                                fill_field(&mut field, keynum, f, i + 1);
-                                db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
-                            }
-                            Op::ReadModifyWrite => {
-                                let f = stream.field();
-                                fill_field(&mut field, keynum, f, i + 1);
-                                db.read(key.as_bytes(), &mut buf) && db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
-                            }
-                            Op::Insert => {
-                                for f in 0..wl.fieldcount {
-                                    fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], keynum, f, 0);
-                                }
-                                db.insert(key.as_bytes(), &rec);
-                                keys.ack(keynum);
-                                true
-                            }
-                        };
-                        hists.get_mut(&op).unwrap().record(now_ns() - t0).ok();
-                        if !ok {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
+    let (per_thread, ns) = on_workers("run", wl.operationcount, threads, quiet, |t, done| {
+        let mut stream = OpStream::new(wl, seed.wrapping_add(t * 0x1000_0001), keys.clone());
+        let mut hists: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
+        let mut buf = Vec::with_capacity(wl.record_bytes());
+        let mut field = vec![0u8; wl.fieldlength];
+        let mut rec = vec![0u8; wl.record_bytes()];
+        let n = wl.operationcount / threads + u64::from(t < wl.operationcount % threads);
+        for i in 0..n {
+            let (op, keynum) = stream.next_op();
+            let key = key_name(keynum, wl.insertorder_hashed);
+            let t0 = now_ns();
+            let ok = match op {
+                Op::Read => db.read(key.as_bytes(), &mut buf),
+                Op::Update => {
+                    let f = stream.field();
+                    fill_field(&mut field, keynum, f, i + 1);
+                    db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
+                }
+                Op::ReadModifyWrite => {
+                    let f = stream.field();
+                    fill_field(&mut field, keynum, f, i + 1);
+                    db.read(key.as_bytes(), &mut buf) && db.update_field(key.as_bytes(), f * wl.fieldlength, &field)
+                }
+                Op::Insert => {
+                    for f in 0..wl.fieldcount {
+                        fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], keynum, f, 0);
                     }
-                    (hists, now_ns() - begin)
-                })
-            })
-            .collect();
-        for w in workers {
-            let (h, ns) = w.join().expect("run thread");
-            per_thread.push(h);
-            longest = longest.max(ns);
+                    db.insert(key.as_bytes(), &rec);
+                    keys.ack(keynum);
+                    true
+                }
+            };
+            hists.get_mut(&op).unwrap().record(now_ns() - t0).ok();
+            if !ok {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+            done.fetch_add(1, Ordering::Relaxed);
         }
-        stop.store(1, Ordering::Relaxed);
+        hists
     });
     let mut merged: BTreeMap<Op, Histogram<u64>> = Op::ALL.iter().map(|o| (*o, new_hist())).collect();
     for h in per_thread {
@@ -236,5 +227,5 @@ pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -
             merged.get_mut(&op).unwrap().add(&hist).ok();
         }
     }
-    summarize(wl.operationcount, seconds(longest), errors.load(Ordering::Relaxed), merged)
+    summarize(wl.operationcount, seconds(ns), errors.load(Ordering::Relaxed), merged)
 }

@@ -25,7 +25,7 @@ use strata_kv::{Store, Variant};
 use strata_ycsb::{load, run as run_phase, Latency, MemcachedDb, RespDb, Workload};
 
 use super::median;
-use crate::emu::{run_emulated, Machine};
+use crate::emu::{fast_bytes_of, run_emulated, Machine};
 use crate::output::{emit, emit_json, progress};
 
 #[derive(clap::Args)]
@@ -398,7 +398,7 @@ fn run_emulated_matrix(preset: &str, variants: &[Variant], workloads: &[Workload
             let row = median_row(rs);
             if (variant, config) == ("std", "all-fast") {
                 let footprint = row.emulated.as_ref().map_or(0, |e| e.footprint_bytes);
-                fast_bytes = ((footprint as f64 * a.fast_ratio) as u64).max(4096);
+                fast_bytes = fast_bytes_of(footprint, a.fast_ratio);
                 if !a.quiet {
                     progress("ycsb", &format!("  footprint {} MiB: the fast tier is {} MiB ({:.0} %)", footprint >> 20, fast_bytes >> 20, a.fast_ratio * 100.0));
                 }

@@ -210,6 +210,11 @@ impl Machine {
     }
 }
 
+/// A fast tier of `ratio` of a footprint, at least a page (`--fast-ratio`).
+pub fn fast_bytes_of(footprint_bytes: u64, ratio: f64) -> u64 {
+    ((footprint_bytes as f64 * ratio) as u64).max(4096)
+}
+
 /// Parse "1G", "512M", "4096" into bytes.
 pub fn parse_bytes(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();

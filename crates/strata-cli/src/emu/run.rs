@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use super::{parse_bytes, Machine};
+use super::{fast_bytes_of, parse_bytes, Machine};
 use crate::output::{emit, emit_json, progress};
 
 #[derive(clap::Args)]
@@ -140,7 +140,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let (_, _, rep) = run_emulated(&probe, &mut c, false)?;
         let bytes = rep.peak_resident_pages() * 4096;
         footprint = Some(bytes);
-        let fast = ((bytes as f64 * r) as u64).max(4096);
+        let fast = fast_bytes_of(bytes, r);
         m.set_fast_bytes(fast);
         if !a.quiet {
             progress("emu", &format!("footprint {} MiB; fast tier {} MiB; pass 2 of 2", bytes >> 20, fast >> 20));
