@@ -244,8 +244,19 @@ static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
   return pte;
 }
 
-/* Everything past the fast path: another page, or another line. */
+/* Everything past the fast path: another page, or another line. First, two prefetches, so
+ * that the host fetches both while the model works: the program's own line (it loads or
+ * stores it as soon as the hook returns; without this its cache misses no longer overlap with
+ * anything) and the LLC set this line maps to (a tag array too large to stay in the host's
+ * caches next to the program's data). Prefetches never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
+  if (store) __builtin_prefetch((const void *)addr, 1);
+  else __builtin_prefetch((const void *)addr, 0);
+  if (emu_llc.sets) {
+    const uint64_t *set = lru_set(&emu_llc, addr >> EMU_LINE_SHIFT);
+    __builtin_prefetch(set, 1);
+    __builtin_prefetch(set + emu_llc.ways - 1, 1);
+  }
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
   pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
