@@ -52,10 +52,10 @@ static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
   return c->keys + s * c->ways;
 }
 
-/* Touch key: a hit moves it to way 0; a miss inserts it at way 0 and drops the least recent.
- * One pass: shift ways down until the key (or the end) is reached. */
-static inline __attribute__((always_inline)) int touch(lru_t *c, uint64_t key) {
-  uint64_t *set = lru_set(c, key), k = key + 1;
+/* Touch key in its set: a hit moves it to way 0; a miss inserts it at way 0 and drops the least
+ * recent. One pass: shift ways down until the key (or the end) is reached. */
+static inline __attribute__((always_inline)) int touch_in(lru_t *c, uint64_t *set, uint64_t key) {
+  uint64_t k = key + 1;
   if (set[0] == k) return 1;
   uint64_t prev = set[0];
   set[0] = k;
@@ -66,6 +66,10 @@ static inline __attribute__((always_inline)) int touch(lru_t *c, uint64_t key) {
     prev = cur;
   }
   return 0;
+}
+
+static inline __attribute__((always_inline)) int touch(lru_t *c, uint64_t key) {
+  return touch_in(c, lru_set(c, key), key);
 }
 
 int lru_touch(lru_t *c, uint64_t key) { return touch(c, key); }
@@ -194,8 +198,10 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
   }
 }
 
-static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line, const pte_t *pte, int store,
-                       uintptr_t addr) {
+/* llc_set: the line's LLC set if the caller has it already, else NULL. */
+static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line,
+                                                             uint64_t *llc_set, const pte_t *pte,
+                                                             int store, uintptr_t addr) {
   if (touch(&t->l1, line)) {
     t->clock_ps += t->cost_l1;
     return;
@@ -210,7 +216,7 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     t->l2_misses++;
   }
   int stream = stream_continues(t, line);
-  if (emu_llc.sets && touch(&emu_llc, line)) {
+  if (emu_llc.sets && touch_in(&emu_llc, llc_set ? llc_set : lru_set(&emu_llc, line), line)) {
     t->llc_hits++;
     t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
     return;
@@ -244,33 +250,35 @@ static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
   return pte;
 }
 
-/* Everything past the fast path: another page, or another line. First, two prefetches, so
- * that the host fetches both while the model works: the program's own line (it loads or
- * stores it as soon as the hook returns; without this its cache misses no longer overlap with
- * anything) and the LLC set this line maps to (a tag array too large to stay in the host's
- * caches next to the program's data). Prefetches never fault. */
+/* Everything past the fast path: another page, or another line. For another line, first two
+ * prefetches, so that the host fetches both while the model works: the program's own line (it
+ * loads or stores it as soon as the hook returns; without this its cache misses no longer
+ * overlap with anything) and the LLC set this line maps to (a tag array too large to stay in
+ * the host's caches next to the program's data). Prefetches never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
-  if (store) __builtin_prefetch((const void *)addr, 1);
-  else __builtin_prefetch((const void *)addr, 0);
-  if (emu_llc.sets) {
-    const uint64_t *set = lru_set(&emu_llc, addr >> EMU_LINE_SHIFT);
-    __builtin_prefetch(set, 1);
-    __builtin_prefetch(set + emu_llc.ways - 1, 1);
-  }
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
+  uint64_t line = addr >> EMU_LINE_SHIFT, *llc_set = NULL;
+  if (line != t->last_line) {
+    if (store) __builtin_prefetch((const void *)addr, 1);
+    else __builtin_prefetch((const void *)addr, 0);
+    if (emu_llc.sets) {
+      llc_set = lru_set(&emu_llc, line);
+      __builtin_prefetch(llc_set, 1);
+      __builtin_prefetch(llc_set + emu_llc.ways - 1, 1);
+    }
+  }
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
   pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
   pte->accesses += pte->accesses != UINT32_MAX;
   uint8_t want = (uint8_t)(STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
   if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want)
     atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
-  uint64_t line = addr >> EMU_LINE_SHIFT;
   if (line == t->last_line) {
     t->clock_ps += t->cost_l1;
     return;
   }
   t->last_line = line;
-  cache_path(t, line, pte, store, addr);
+  cache_path(t, line, llc_set, pte, store, addr);
 }
 
 /* The fast path: the same line as this thread's previous access (so the most recent line of
