@@ -326,13 +326,29 @@ static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintp
   access_slow(t, addr, store);
 }
 
-static inline __attribute__((always_inline)) void hook(const void *p, unsigned size, int store) {
+static inline int straddles(uintptr_t a, unsigned size) {
+  return (a & ((1u << EMU_LINE_SHIFT) - 1)) + size > (1u << EMU_LINE_SHIFT);
+}
+
+/* The first access of a thread, or one that straddles two lines. */
+static __attribute__((noinline)) void hook_other(const void *p, unsigned size, int store) {
   emu_thread_t *t = emu_self;
   if (unlikely(!t) && !(t = emu_thread())) return;
   uintptr_t a = (uintptr_t)p;
   access1(t, a, store);
-  if (unlikely((a & ((1u << EMU_LINE_SHIFT) - 1)) + size > (1u << EMU_LINE_SHIFT)))
-    access1(t, a + size - 1, store); /* the access straddles two lines */
+  if (straddles(a, size)) access1(t, a + size - 1, store);
+}
+
+/* Every hook: access1, whose call to the slow path is the last thing the hook does, so the
+ * compiler makes it a jump and the fast path needs no stack frame. */
+static inline __attribute__((always_inline)) void hook(const void *p, unsigned size, int store) {
+  emu_thread_t *t = emu_self;
+  uintptr_t a = (uintptr_t)p;
+  if (likely(t && !straddles(a, size))) {
+    access1(t, a, store);
+    return;
+  }
+  hook_other(p, size, store);
 }
 
 /* A range touched by a bulk operation: one access per line. */
