@@ -250,6 +250,18 @@ static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
   return pte;
 }
 
+/* The page bits an access sets: accessed, and dirty for a store. */
+static inline uint8_t access_bits(int store) {
+  return (uint8_t)(STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
+}
+
+/* An access that changes no cache or TLB state (its page's bits are already set): the page's
+ * ground-truth count and the cost of an L1 hit. */
+static inline __attribute__((always_inline)) void count_l1_hit(emu_thread_t *t, pte_t *pte) {
+  pte->accesses += pte->accesses != UINT32_MAX;
+  t->clock_ps += t->cost_l1;
+}
+
 /* Another line, but one whose access changes no LRU state: the most recent line of its L1 set,
  * through the most recent entry of its DTLB set, on a page that is present, not waiting for a
  * hint fault, and already accessed (and dirty, for a store). Only the counters and the clock
@@ -265,11 +277,10 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
     if (key != t->last_tlb_key && lru_set(&t->dtlb, key)[0] != key + 1) return 0;
     if (t->clock_ps >= emu_next_tick_ps || !(pte = emu_pte(vpn))) return 0; /* translate ticks */
   }
-  uint8_t want = (uint8_t)(STRATA_EMU_PRESENT | STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
+  uint8_t want = (uint8_t)(STRATA_EMU_PRESENT | access_bits(store));
   if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & (want | STRATA_EMU_HINT)) != want)
     return 0;
-  pte->accesses += pte->accesses != UINT32_MAX;
-  t->clock_ps += t->cost_l1;
+  count_l1_hit(t, pte);
   t->last_line = line;
   t->last_vpn = vpn;
   t->last_pte = pte;
@@ -298,7 +309,7 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
   pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
   pte->accesses += pte->accesses != UINT32_MAX;
-  uint8_t want = (uint8_t)(STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
+  uint8_t want = access_bits(store);
   if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want)
     atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
   if (line == t->last_line) {
@@ -311,16 +322,17 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
 
 /* The fast path: the same line as this thread's previous access (so the most recent line of
  * its L1 set and the most recent page of its TLB: nothing to update but counters), no
- * shootdown pending, and for a store, the page already dirty. */
+ * shootdown pending, and the page's bits already set (a scan or the demotion clock may have
+ * cleared them since). */
 static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintptr_t addr, int store) {
   if (store) t->stores++;
   else t->loads++;
   pte_t *pte = t->last_pte;
+  uint8_t want = access_bits(store);
   if (likely((addr >> EMU_LINE_SHIFT) == t->last_line &&
              atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) == t->gen &&
-             (!store || (atomic_load_explicit(&pte->flags, memory_order_relaxed) & STRATA_EMU_DIRTY)))) {
-    pte->accesses += pte->accesses != UINT32_MAX;
-    t->clock_ps += t->cost_l1;
+             (atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) == want)) {
+    count_l1_hit(t, pte);
     return;
   }
   access_slow(t, addr, store);
