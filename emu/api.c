@@ -84,10 +84,30 @@ static const struct {
 #undef S
 };
 
+/* A configuration the emulator cannot run. The message goes into the report when there is one
+ * (as {"error": ...}, which `strata emu run` prints), else to stderr. */
 static void die(const char *what, const char *s, size_t n) {
-  char msg[256];
-  int len = snprintf(msg, sizeof msg, "strata-emu: %s '%.*s' in STRATA_EMU\n", what, (int)n, s);
-  if (len > 0) (void)!write(2, msg, (size_t)len);
+  char msg[512], json[1100];
+  int len = snprintf(msg, sizeof msg, "strata-emu: %s '%.*s' in STRATA_EMU", what, (int)n, s);
+  if (len <= 0) _exit(2);
+  if (len >= (int)sizeof msg) len = sizeof msg - 1;
+  const char *path = getenv("STRATA_EMU_REPORT");
+  int fd = path && *path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+  if (fd < 0) {
+    msg[len] = '\n';
+    (void)!write(2, msg, (size_t)len + 1);
+    _exit(2);
+  }
+  size_t j = 0;
+  for (const char *p = "{\"error\": \""; *p; p++) json[j++] = *p;
+  for (int i = 0; i < len; i++) { /* a JSON string: escape quotes, backslashes, controls */
+    unsigned char ch = (unsigned char)msg[i];
+    if (ch == '"' || ch == '\\') json[j++] = '\\';
+    json[j++] = ch < 0x20 ? '?' : (char)ch;
+  }
+  for (const char *p = "\"}\n"; *p; p++) json[j++] = *p;
+  (void)!write(fd, json, j);
+  close(fd);
   _exit(2); /* running a program on a machine it did not ask for would give wrong figures */
 }
 
@@ -163,6 +183,21 @@ void emu_config_load(void) {
           "everything then starts below it):", "read_mbps/capacity", 18);
   if (c->mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
     die("mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
+  /* every cache and TLB splits into whole sets of its ways (an LLC of 1M with 15 ways does
+   * not); l2, llc and stlb may be 0 (absent), l1 and the DTLB may not */
+  const struct { const char *key; uint64_t entries, ways; int optional; } geo[] = {
+      {"l1/l1_ways", c->l1_bytes >> EMU_LINE_SHIFT, c->l1_ways, 0},
+      {"l2/l2_ways", c->l2_bytes >> EMU_LINE_SHIFT, c->l2_ways, 1},
+      {"llc/llc_ways", c->llc_bytes >> EMU_LINE_SHIFT, c->llc_ways, 1},
+      {"dtlb/dtlb_ways", c->huge ? c->dtlb2m : c->dtlb, c->dtlb_ways, 0},
+      {"stlb/stlb_ways", c->stlb, c->stlb_ways, 1},
+  };
+  for (size_t i = 0; i < sizeof geo / sizeof geo[0]; i++) {
+    int absent = geo[i].entries == 0 && geo[i].optional;
+    if (!absent && (!geo[i].entries || !geo[i].ways || geo[i].entries % geo[i].ways))
+      die("a cache must hold whole sets (bytes a multiple of 64 x ways; a TLB, entries of ways), "
+          "and only l2, llc and stlb may be 0:", geo[i].key, strlen(geo[i].key));
+  }
   if (c->kernel == KERNEL_TPP) emu_next_tick_ps = (uint64_t)emu_ps(c->tpp_scan_period_ns);
 }
 

@@ -94,6 +94,11 @@ fn run_refuses_programs_not_built_for_the_emulator() {
         .args(["seq", "1", "1"]).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense=1'"));
+    // a geometry that does not split into sets is refused, not run without that cache
+    let o = strata().args(["emu", "run", "--set", "llc=1M", "--set", "llc_ways=15", "--"])
+        .arg(root().join("build/emu/access-emu")).args(["seq", "1", "1"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("whole sets"), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

@@ -103,6 +103,9 @@ pub fn run_emulated(
     })?;
     let _ = std::fs::remove_file(&path);
     let json: Value = serde_json::from_str(&text).context("the emulator's report")?;
+    if let Some(e) = json["error"].as_str() {
+        bail!("{e}");
+    }
     Ok((status, out, EmuReport { json, wall_s }))
 }
 
