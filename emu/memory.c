@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define LEAF_BITS 18
+#define LEAF_ENTRIES ((size_t)1 << LEAF_BITS)
 #define TOP_ENTRIES ((size_t)1 << (47 - EMU_PAGE_SHIFT - LEAF_BITS))
 #define PAGE ((uint64_t)1 << EMU_PAGE_SHIFT)
 
@@ -35,7 +36,7 @@ pte_t *emu_pte(uint64_t vpn) {
   size_t i = vpn >> LEAF_BITS;
   if (i >= TOP_ENTRIES) return NULL;
   pte_t *leaf = atomic_load_explicit(&top[i], memory_order_acquire);
-  return leaf ? &leaf[vpn & (((uint64_t)1 << LEAF_BITS) - 1)] : NULL;
+  return leaf ? &leaf[vpn & (LEAF_ENTRIES - 1)] : NULL;
 }
 
 pte_t *emu_pte_make(uint64_t vpn) {
@@ -46,7 +47,7 @@ pte_t *emu_pte_make(uint64_t vpn) {
     dummy.flags = STRATA_EMU_PRESENT;
     return &dummy;
   }
-  size_t bytes = sizeof(pte_t) << LEAF_BITS;
+  size_t bytes = sizeof(pte_t) * LEAF_ENTRIES;
   pte_t *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (leaf == MAP_FAILED) return &dummy;
   pte_t *expect = NULL;
@@ -63,7 +64,7 @@ void emu_unmap(uintptr_t start, size_t len) {
   for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
     pte_t *p = emu_pte(v);
     if (!p) {
-      v |= ((uint64_t)1 << LEAF_BITS) - 1; /* no leaf: skip to the next one */
+      v |= LEAF_ENTRIES - 1; /* no leaf: skip to the next one */
       continue;
     }
     if (atomic_load(&p->flags) & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
@@ -276,9 +277,39 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
   return 0;
 }
 
+/* ---- tpp: a hand over the page table -------------------------------------------------------- */
+
+/* The tpp scanner and the demotion clock each keep a hand that walks the page table in address
+ * order, wrapping around and skipping leaves never mapped. */
+typedef struct {
+  size_t leaf, idx;
+} hand_t;
+
+static void hand_next_leaf(hand_t *h, size_t *leaves) {
+  h->leaf = (h->leaf + 1) % TOP_ENTRIES;
+  h->idx = 0;
+  ++*leaves;
+}
+
+/* The entry under the hand (the hand moves past it), or NULL once the hand has moved to a new
+ * leaf max_leaves times (counted in *leaves, which the caller zeroes to start a walk). */
+static pte_t *hand_take(hand_t *h, size_t *leaves, size_t max_leaves) {
+  while (*leaves < max_leaves) {
+    pte_t *leaf = atomic_load(&top[h->leaf]);
+    if (!leaf) {
+      hand_next_leaf(h, leaves);
+      continue;
+    }
+    pte_t *p = &leaf[h->idx];
+    if (++h->idx == LEAF_ENTRIES) hand_next_leaf(h, leaves);
+    return p;
+  }
+  return NULL;
+}
+
 /* ---- tpp: demotion (kswapd) ------------------------------------------------------------------ */
 
-static size_t clock_leaf, clock_idx; /* the demotion clock's hand */
+static hand_t clock_hand;
 
 /* Demote cold pages of node 0 until its free share is at least the high watermark. A page
  * accessed since the hand last passed gets a second chance (its bit is cleared). mem_lock held. */
@@ -287,31 +318,18 @@ static void demote_cold(void) {
   uint64_t cap = cap_pages(0);
   uint64_t target = cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high);
   uint64_t demoted = 0, ps = 0;
+  pte_t *p;
   /* at most two sweeps over the address space (the second sees cleared bits) */
-  for (size_t steps = 0; steps < 2 * TOP_ENTRIES && atomic_load(&emu_resident[0]) > target;) {
-    pte_t *leaf = atomic_load(&top[clock_leaf]);
-    if (!leaf) {
-      clock_leaf = (clock_leaf + 1) % TOP_ENTRIES;
-      clock_idx = 0;
-      steps++;
+  for (size_t leaves = 0;
+       atomic_load(&emu_resident[0]) > target && (p = hand_take(&clock_hand, &leaves, 2 * TOP_ENTRIES));) {
+    uint8_t f = atomic_load(&p->flags);
+    if (!(f & STRATA_EMU_PRESENT) || p->node != 0) continue;
+    if (f & STRATA_EMU_ACCESSED) {
+      atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
       continue;
     }
-    for (; clock_idx < ((size_t)1 << LEAF_BITS) && atomic_load(&emu_resident[0]) > target; clock_idx++) {
-      pte_t *p = &leaf[clock_idx];
-      uint8_t f = atomic_load(&p->flags);
-      if (!(f & STRATA_EMU_PRESENT) || p->node != 0 || p == &dummy) continue;
-      if (f & STRATA_EMU_ACCESSED) {
-        atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
-        continue;
-      }
-      ps += move_one(NULL, p, 1);
-      demoted++;
-    }
-    if (clock_idx >= ((size_t)1 << LEAF_BITS)) {
-      clock_leaf = (clock_leaf + 1) % TOP_ENTRIES;
-      clock_idx = 0;
-      steps++;
-    }
+    ps += move_one(NULL, p, 1);
+    demoted++;
   }
   if (demoted) {
     atomic_fetch_add(&bg_moved, demoted);
@@ -349,28 +367,20 @@ void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
 
 /* ---- tpp: scanning and hint faults ------------------------------------------------------- */
 
-static size_t scan_leaf, scan_idx; /* the scanner's position */
+static hand_t scan_hand;
 static uint64_t promote_tokens_ps; /* the rate limit: time when the next promotion is allowed */
 
 /* Protect up to tpp_scan_bytes of slow-tier pages, continuing where the last scan stopped. */
 static void scan(void) {
   uint64_t budget = emu_cfg.tpp_scan_bytes / PAGE, marked = 0;
-  for (size_t steps = 0; budget && steps <= TOP_ENTRIES;) {
-    pte_t *leaf = atomic_load(&top[scan_leaf]);
-    for (; leaf && budget && scan_idx < ((size_t)1 << LEAF_BITS); scan_idx++) {
-      pte_t *p = &leaf[scan_idx];
-      uint8_t f = atomic_load(&p->flags);
-      if (!(f & STRATA_EMU_PRESENT)) continue;
-      budget--;
-      if (p->node != 0 && !(f & STRATA_EMU_HINT)) {
-        atomic_fetch_or(&p->flags, STRATA_EMU_HINT);
-        marked++;
-      }
-    }
-    if (!leaf || scan_idx >= ((size_t)1 << LEAF_BITS)) {
-      scan_leaf = (scan_leaf + 1) % TOP_ENTRIES;
-      scan_idx = 0;
-      steps++;
+  pte_t *p;
+  for (size_t leaves = 0; budget && (p = hand_take(&scan_hand, &leaves, TOP_ENTRIES + 1));) {
+    uint8_t f = atomic_load(&p->flags);
+    if (!(f & STRATA_EMU_PRESENT)) continue;
+    budget--;
+    if (p->node != 0 && !(f & STRATA_EMU_HINT)) {
+      atomic_fetch_or(&p->flags, STRATA_EMU_HINT);
+      marked++;
     }
   }
   if (marked) emu_shootdown(NULL, marked);
