@@ -197,17 +197,12 @@ static uint64_t copy_ps(int from, int to) {
   return (uint64_t)emu_ps((double)PAGE * 1000.0 / mbps);
 }
 
-/* Move one present page (mem_lock held); returns the cost in ps. */
-static uint64_t move_one(emu_thread_t *t, pte_t *p, int to) {
+/* Move one present page (mem_lock held); returns the cost in ps, which the caller charges. */
+static uint64_t move_one(pte_t *p, int to) {
   int from = p->node;
   atomic_fetch_sub(&emu_resident[from], 1);
   atomic_fetch_add(&emu_resident[to], 1);
   p->node = (uint8_t)to;
-  if (t) {
-    t->moved_pages++;
-    if (to < from) t->promoted_pages++;
-    else t->demoted_pages++;
-  }
   return (uint64_t)emu_ps(emu_cfg.migrate_ns) + copy_ps(from, to);
 }
 
@@ -217,18 +212,37 @@ uint64_t emu_bg_counter(int which) {
   return atomic_load(c[which]);
 }
 
-/* Charge a move of `pages` pages from..to: to the thread, or to the background budget. */
+/* Count and charge a move of `pages` pages from..to costing ps: synchronously to thread t
+ * (its clock and bandwidth), or asynchronously to the background budget. */
 static void charge(emu_thread_t *t, int async, uint64_t ps, int from, int to, uint64_t pages) {
   uint64_t bytes = pages * PAGE;
   if (async) {
+    atomic_fetch_add(&bg_moved, pages);
+    atomic_fetch_add(to < from ? &bg_promoted : &bg_demoted, pages);
     atomic_fetch_add(&emu_bg_ps, ps);
     atomic_fetch_add(&emu_bg_bytes[from], bytes);
     atomic_fetch_add(&emu_bg_bytes[to], bytes);
   } else {
+    t->moved_pages += pages;
+    if (to < from) t->promoted_pages += pages;
+    else t->demoted_pages += pages;
     t->clock_ps += ps;
     t->migrate_ps += ps;
     t->epoch_bytes[from] += bytes;
     t->epoch_bytes[to] += bytes;
+  }
+}
+
+/* The TLB shootdown that ends a batch of moves, charged as charge() does. */
+static void charge_shootdown(emu_thread_t *t, int async) {
+  uint64_t sd = (uint64_t)emu_ps(emu_cfg.shootdown_ns);
+  if (async) {
+    atomic_fetch_add(&bg_shootdowns, 1);
+    atomic_fetch_add(&emu_bg_ps, sd);
+  } else {
+    t->shootdowns++;
+    t->clock_ps += sd;
+    t->migrate_ps += sd;
   }
 }
 
@@ -250,12 +264,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
       status[i] = -ENOMEM;
     } else {
       int from = p->node;
-      uint64_t ps = move_one(async ? NULL : t, p, to);
-      if (async) {
-        atomic_fetch_add(&bg_moved, 1);
-        atomic_fetch_add(to < from ? &bg_promoted : &bg_demoted, 1);
-      }
-      charge(t, async, ps, from, to, 1);
+      charge(t, async, move_one(p, to), from, to, 1);
       if (moved < SD_PAGES) vpns[moved] = (uintptr_t)pages[i] / PAGE;
       moved++;
       status[i] = to;
@@ -263,15 +272,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
   }
   if (moved) {
     emu_shootdown(vpns, moved);
-    uint64_t sd = (uint64_t)emu_ps(emu_cfg.shootdown_ns);
-    if (async) {
-      atomic_fetch_add(&bg_shootdowns, 1);
-      atomic_fetch_add(&emu_bg_ps, sd);
-    } else {
-      t->shootdowns++;
-      t->clock_ps += sd;
-      t->migrate_ps += sd;
-    }
+    charge_shootdown(t, async);
   }
   pthread_mutex_unlock(&mem_lock);
   return 0;
@@ -328,16 +329,12 @@ static void demote_cold(void) {
       atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
       continue;
     }
-    ps += move_one(NULL, p, 1);
+    ps += move_one(p, 1);
     demoted++;
   }
   if (demoted) {
-    atomic_fetch_add(&bg_moved, demoted);
-    atomic_fetch_add(&bg_demoted, demoted);
-    atomic_fetch_add(&bg_shootdowns, 1);
-    atomic_fetch_add(&emu_bg_ps, ps + (uint64_t)emu_ps(emu_cfg.shootdown_ns));
-    atomic_fetch_add(&emu_bg_bytes[0], demoted * PAGE);
-    atomic_fetch_add(&emu_bg_bytes[1], demoted * PAGE);
+    charge(NULL, 1, ps, 0, 1, demoted);
+    charge_shootdown(NULL, 1);
     emu_shootdown(NULL, demoted);
   }
 }
@@ -416,8 +413,7 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
   } else if (from != 0 && t->clock_ps >= promote_tokens_ps) {
     if (!has_room(0)) demote_cold(); /* kswapd could not keep up: reclaim now */
     if (has_room(0)) {
-      uint64_t ps = move_one(t, pte, 0);
-      charge(t, 0, ps, from, 0, 1);
+      charge(t, 0, move_one(pte, 0), from, 0, 1);
       atomic_fetch_and(&pte->flags, (uint8_t)~PTE_REFERENCED);
       /* the promotion consumed rate-limit budget: a page per PAGE/rate seconds */
       uint64_t gap = (uint64_t)emu_ps((double)PAGE * 1000.0 / emu_cfg.tpp_promote_mbps);

@@ -179,9 +179,13 @@ static void test_move(void) {
   /* an asynchronous move costs the background budget, not the caller */
   to[0] = 0;
   clock = c("sim_ns");
+  moved = c("moved_pages");
+  uint64_t bg[4];
+  for (int i = 0; i < 4; i++) bg[i] = emu_bg_counter(i);
   CHECK(strata_emu_move(pages, 1, to, st, 1) == 0 && st[0] == 0);
-  CHECK(c("sim_ns") - clock < 1000);
-  CHECK(emu_bg_counter(1) >= 1);
+  CHECK(c("sim_ns") - clock < 1000 && c("moved_pages") == moved);
+  CHECK(emu_bg_counter(0) - bg[0] == 1 && emu_bg_counter(1) - bg[1] == 1); /* moved, promoted */
+  CHECK(emu_bg_counter(2) == bg[2] && emu_bg_counter(3) - bg[3] == 1);     /* demoted, shootdowns */
 }
 
 static void test_observe(void) {
