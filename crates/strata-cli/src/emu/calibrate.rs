@@ -1,6 +1,7 @@
 //! `strata emu calibrate`: measure this machine for the `host` preset. Pointer chases (one
 //! random cycle through 64-byte lines) give the load-to-use latency of each cache level and of
-//! memory; the same chase with 4 KiB pages instead of 2 MiB ones gives the page-walk cost; a
+//! memory; the same chase with 4 KiB pages instead of 2 MiB ones gives the page-walk cost (the
+//! two alternate over five rounds, medians taken); a
 //! streaming read gives one thread's bandwidth, and with the memory latency the
 //! memory-level parallelism of a stream (mlp = latency / line transfer time).
 use std::time::Instant;
@@ -140,31 +141,72 @@ impl Drop for Buffer {
     }
 }
 
-/// ns per hop of a chase through one random cycle over the lines of `bytes`.
+/// A pointer chase through one random cycle over the lines of a buffer.
+struct Chase {
+    buf: Buffer,
+    p: usize,
+}
+
+impl Chase {
+    fn new(bytes: usize, huge: bool) -> anyhow::Result<Chase> {
+        let buf = Buffer::new(bytes, huge)?;
+        let lines = bytes / 64;
+        let mut order: Vec<u32> = (0..lines as u32).collect();
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for i in (1..lines).rev() {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            order.swap(i, ((x >> 17) % i as u64) as usize); // Sattolo: a single cycle
+        }
+        let base = buf.base as *mut usize;
+        for i in 0..lines {
+            unsafe { *base.add(i * 8) = order[i] as usize * 8 };
+        }
+        let mut c = Chase { buf, p: 0 };
+        c.hops(lines.min(1 << 20) as u64); // warm up: fault in, fill caches and TLBs
+        Ok(c)
+    }
+
+    fn hops(&mut self, n: u64) {
+        let base = self.buf.base as *const usize;
+        let mut p = self.p;
+        for _ in 0..n {
+            p = unsafe { *base.add(p) };
+        }
+        self.p = std::hint::black_box(p);
+    }
+
+    /// ns per hop over the next `n` hops.
+    fn ns_per_hop(&mut self, n: u64) -> f64 {
+        let t = Instant::now();
+        self.hops(n);
+        t.elapsed().as_nanos() as f64 / n as f64
+    }
+}
+
 fn chase(bytes: usize, huge: bool, hops: u64) -> anyhow::Result<f64> {
-    let buf = Buffer::new(bytes, huge)?;
-    let lines = bytes / 64;
-    let mut order: Vec<u32> = (0..lines as u32).collect();
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    for i in (1..lines).rev() {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        order.swap(i, ((x >> 17) % i as u64) as usize); // Sattolo: a single cycle
+    Ok(Chase::new(bytes, huge)?.ns_per_hop(hops))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the
+/// two chases alternate, and the medians of `rounds` rounds are taken, so that a slow moment of
+/// a shared machine does not land on one of them only (single measurements of the walk varied
+/// between 0 and 75 ns here).
+fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> anyhow::Result<(f64, f64)> {
+    let mut huge = Chase::new(bytes, true)?;
+    let mut small = Chase::new(bytes, false)?;
+    let (mut mem, mut walk) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let h = huge.ns_per_hop(hops);
+        let s = small.ns_per_hop(hops);
+        mem.push(h);
+        walk.push(s - h);
     }
-    let base = buf.base as *mut usize;
-    for i in 0..lines {
-        unsafe { *base.add(i * 8) = order[i] as usize * 8 };
-    }
-    let mut p = 0usize;
-    for _ in 0..lines.min(1 << 20) {
-        p = unsafe { *base.add(p) }; // warm up: fault in, fill caches and TLBs
-    }
-    let t = Instant::now();
-    for _ in 0..hops {
-        p = unsafe { *base.add(p) };
-    }
-    let ns = t.elapsed().as_nanos() as f64 / hops as f64;
-    std::hint::black_box(p);
-    Ok(ns)
+    Ok((median(mem), median(walk).max(0.0)))
 }
 
 /// One thread's streaming read bandwidth in MB/s.
@@ -210,8 +252,7 @@ pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
     let llc_ns = chase((2 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
     let big = (4 * llc.bytes as usize).max(256 << 20);
     say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
-    let memory_ns = chase(big, true, 2_000_000)?;
-    let small_pages_ns = chase(big, false, 2_000_000)?;
+    let (memory_ns, walk_ns) = memory_and_walk(big, 5, 400_000)?;
     say("streaming read");
     let stream_mbps = stream(big)?;
     let line_ns = 64.0 * 1000.0 / stream_mbps;
@@ -223,7 +264,7 @@ pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
         l2_ns,
         llc_ns,
         memory_ns,
-        walk_ns: (small_pages_ns - memory_ns).max(0.0),
+        walk_ns,
         stream_mbps,
         mlp: (memory_ns / line_ns).max(1.0),
         memory_bytes: mem_total(),
