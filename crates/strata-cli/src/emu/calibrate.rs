@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::bench::median;
 use crate::output::{emit, emit_json, progress};
 
 #[derive(clap::Args)]
@@ -185,11 +186,6 @@ impl Chase {
 
 fn chase(bytes: usize, huge: bool, hops: u64) -> anyhow::Result<f64> {
     Ok(Chase::new(bytes, huge)?.ns_per_hop(hops))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the
