@@ -84,23 +84,22 @@ static const struct {
 #undef S
 };
 
-/* A configuration the emulator cannot run. The message goes into the report when there is one
- * (as {"error": ...}, which `strata emu run` prints), else to stderr. */
-static void die(const char *what, const char *s, size_t n) {
-  char msg[512], json[1100];
-  int len = snprintf(msg, sizeof msg, "strata-emu: %s '%.*s' in STRATA_EMU", what, (int)n, s);
-  if (len <= 0) _exit(2);
-  if (len >= (int)sizeof msg) len = sizeof msg - 1;
+/* Something the emulator cannot run with. The message goes into the report when there is one
+ * (as {"error": ...}, which `strata emu run` prints), else to stderr. Running on a machine the
+ * program did not ask for, or without modelling part of it, would give wrong figures. */
+void emu_die(const char *msg) {
   const char *path = getenv("STRATA_EMU_REPORT");
   int fd = path && *path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+  size_t len = strlen(msg);
   if (fd < 0) {
-    msg[len] = '\n';
-    (void)!write(2, msg, (size_t)len + 1);
+    (void)!write(2, msg, len);
+    (void)!write(2, "\n", 1);
     _exit(2);
   }
+  char json[1100];
   size_t j = 0;
   for (const char *p = "{\"error\": \""; *p; p++) json[j++] = *p;
-  for (int i = 0; i < len; i++) { /* a JSON string: escape quotes, backslashes, controls */
+  for (size_t i = 0; i < len && j + 8 < sizeof json; i++) { /* a JSON string */
     unsigned char ch = (unsigned char)msg[i];
     if (ch == '"' || ch == '\\') json[j++] = '\\';
     json[j++] = ch < 0x20 ? '?' : (char)ch;
@@ -108,7 +107,14 @@ static void die(const char *what, const char *s, size_t n) {
   for (const char *p = "\"}\n"; *p; p++) json[j++] = *p;
   (void)!write(fd, json, j);
   close(fd);
-  _exit(2); /* running a program on a machine it did not ask for would give wrong figures */
+  _exit(2);
+}
+
+/* A bad configuration: what is wrong, and the setting. */
+static void die(const char *what, const char *s, size_t n) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "strata-emu: %s '%.*s' in STRATA_EMU", what, (int)n, s);
+  emu_die(msg);
 }
 
 static int parse_num(const char *s, const char *end, int integer, double *out) {
@@ -193,8 +199,7 @@ void emu_config_load(void) {
       {"stlb/stlb_ways", c->stlb, c->stlb_ways, 1},
   };
   for (size_t i = 0; i < sizeof geo / sizeof geo[0]; i++) {
-    int absent = geo[i].entries == 0 && geo[i].optional;
-    if (!absent && (!geo[i].entries || !geo[i].ways || geo[i].entries % geo[i].ways))
+    if (!lru_geometry_ok(geo[i].entries, geo[i].ways) || (!geo[i].entries && !geo[i].optional))
       die("a cache must hold whole sets (bytes a multiple of 64 x ways; a TLB, entries of ways), "
           "and only l2, llc and stlb may be 0:", geo[i].key, strlen(geo[i].key));
   }

@@ -32,10 +32,14 @@ static void *raw_alloc(size_t n) {
 
 /* ---- set-associative LRU arrays (caches and TLBs) ------------------------------------- */
 
+int lru_geometry_ok(uint64_t entries, uint64_t ways) {
+  return entries == 0 || (ways && entries % ways == 0);
+}
+
 int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
   c->sets = 0;
+  if (!lru_geometry_ok(entries, ways)) return -1;
   if (!entries) return 0; /* level absent */
-  if (!ways || entries % ways) return -1;
   c->ways = ways;
   c->sets = entries / ways;
   c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : 0;
@@ -95,7 +99,9 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void global_init(void) {
   emu_config_load();
-  if (lru_init(&emu_llc, emu_cfg.llc_bytes >> EMU_LINE_SHIFT, emu_cfg.llc_ways)) emu_llc.sets = 0;
+  /* the geometry was checked with the configuration: what fails here is memory */
+  if (lru_init(&emu_llc, emu_cfg.llc_bytes >> EMU_LINE_SHIFT, emu_cfg.llc_ways))
+    emu_die("strata-emu: no memory for the LLC's tags");
   for (int n = 0; n < emu_cfg.nnodes; n++) {
     rd_ps[n] = (uint64_t)emu_ps(emu_cfg.rd_ns[n]);
     wr_ps[n] = (uint64_t)emu_ps(emu_cfg.wr_ns[n]);
@@ -117,13 +123,12 @@ emu_thread_t *emu_thread(void) {
     return NULL; /* accesses of threads beyond the limit are not modelled */
   }
   emu_thread_t *t = raw_alloc(sizeof *t);
-  if (!t) return NULL;
   const emu_config_t *c = &emu_cfg;
-  if (lru_init(&t->l1, c->l1_bytes >> EMU_LINE_SHIFT, c->l1_ways) ||
+  if (!t || lru_init(&t->l1, c->l1_bytes >> EMU_LINE_SHIFT, c->l1_ways) ||
       lru_init(&t->l2, c->l2_bytes >> EMU_LINE_SHIFT, c->l2_ways) ||
       lru_init(&t->dtlb, c->huge ? c->dtlb2m : c->dtlb, c->dtlb_ways) ||
       lru_init(&t->stlb, c->stlb, c->stlb_ways))
-    return NULL;
+    emu_die("strata-emu: no memory for a thread's caches and TLBs"); /* unmodelled: wrong figures */
   t->index = idx;
   t->last_line = t->last_vpn = t->last_tlb_key = UINT64_MAX;
   t->gen = atomic_load(&emu_tlb_gen);
@@ -255,10 +260,15 @@ static inline uint8_t access_bits(int store) {
   return (uint8_t)(STRATA_EMU_ACCESSED | (store ? STRATA_EMU_DIRTY : 0));
 }
 
-/* An access that changes no cache or TLB state (its page's bits are already set): the page's
- * ground-truth count and the cost of an L1 hit. */
-static inline __attribute__((always_inline)) void count_l1_hit(emu_thread_t *t, pte_t *pte) {
+/* The page's ground-truth access count, saturating. */
+static inline __attribute__((always_inline)) void count_access(pte_t *pte) {
   pte->accesses += pte->accesses != UINT32_MAX;
+}
+
+/* An access that changes no cache or TLB state (its page's bits are already set): the page's
+ * count and the cost of an L1 hit. */
+static inline __attribute__((always_inline)) void count_l1_hit(emu_thread_t *t, pte_t *pte) {
+  count_access(pte);
   t->clock_ps += t->cost_l1;
 }
 
@@ -308,14 +318,14 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   }
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
   pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
-  pte->accesses += pte->accesses != UINT32_MAX;
   uint8_t want = access_bits(store);
   if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want)
     atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
   if (line == t->last_line) {
-    t->clock_ps += t->cost_l1;
+    count_l1_hit(t, pte);
     return;
   }
+  count_access(pte);
   t->last_line = line;
   cache_path(t, line, llc_set, pte, store, addr);
 }

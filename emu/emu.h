@@ -113,7 +113,8 @@ extern double emu_queue_factor[EMU_MAX_NODES]; /* tier latency multiplier this e
 /* core.c */
 emu_thread_t *emu_thread(void);     /* the caller's state, created on first use */
 void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
-int lru_init(lru_t *c, uint64_t entries, uint64_t ways);
+int lru_geometry_ok(uint64_t entries, uint64_t ways); /* 0 entries (absent) or whole sets */
+int lru_init(lru_t *c, uint64_t entries, uint64_t ways); /* -1: bad geometry or no memory */
 int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
 void lru_flush(lru_t *c);
 void lru_remove(lru_t *c, uint64_t key);
@@ -140,6 +141,7 @@ uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdo
 
 /* api.c */
 void emu_config_load(void);
+__attribute__((noreturn)) void emu_die(const char *msg); /* into the report, or stderr; exit 2 */
 void emu_sample(emu_thread_t *t, uint64_t addr, int node, int store);
 void emu_fault_event(uint64_t addr, uint64_t time_ps, int node, int promoted);
 double emu_ps(double ns);

@@ -371,6 +371,7 @@ static uint64_t promote_tokens_ps; /* the rate limit: time when the next promoti
 static void scan(void) {
   uint64_t budget = emu_cfg.tpp_scan_bytes / PAGE, marked = 0;
   pte_t *p;
+  /* at most one lap, plus the rest of the leaf it started in */
   for (size_t leaves = 0; budget && (p = hand_take(&scan_hand, &leaves, TOP_ENTRIES + 1));) {
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT)) continue;
