@@ -67,7 +67,16 @@ EMU_SRC    := $(wildcard emu/*.c)
 EMU_CFLAGS := -O2 -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread \
               -fno-builtin -fno-tree-loop-distribute-patterns -fvisibility=hidden -Iinclude -Ilibstrata -Iemu
 EMU_HOOKS  := -fsanitize-coverage=inline-8bit-counters,trace-loads,trace-stores
+# the per-access path (core.c) compares a cache set's ways with AVX-512 where the building
+# machine has it (EMU_SIMD=1; 0 builds the plain loops, which give the same results)
+EMU_SIMD   ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo 1 || echo 0)
+ifeq ($(EMU_SIMD),1)
+$(BUILD)/emu/core.o: EMU_CFLAGS += -mavx512f
+endif
 $(BUILD)/emu/%.o: emu/%.c emu/emu.h include/strata_emu.h libstrata/machine/machine.h
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -c $< -o $@
+$(BUILD)/emu/scalar/core.o: emu/core.c emu/emu.h include/strata_emu.h libstrata/machine/machine.h
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_CFLAGS) -c $< -o $@
 $(BUILD)/libstrata_emu.so: $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
@@ -82,14 +91,19 @@ $(BUILD)/emu/access-emu: emu/workloads/access.c $(BUILD)/libstrata_emu.so
 EMU_OBJS = $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
 $(BUILD)/emu/test_emu: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_OBJS) $(BUILD)/libstrata.a
 	$(EMU_CC) -O1 -g -Iinclude -Ilibstrata -Ilibstrata/tests $(EMU_HOOKS) $< $(EMU_OBJS) $(BUILD)/libstrata.a -pthread -o $@
+# and again with the plain loops of core.c, so both ways are tested on a machine with AVX-512
+EMU_SCALAR_OBJS = $(subst $(BUILD)/emu/core.o,$(BUILD)/emu/scalar/core.o,$(EMU_OBJS))
+$(BUILD)/emu/test_emu_scalar: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_SCALAR_OBJS) $(BUILD)/libstrata.a
+	$(EMU_CC) -O1 -g -Iinclude -Ilibstrata -Ilibstrata/tests $(EMU_HOOKS) $< $(EMU_SCALAR_OBJS) $(BUILD)/libstrata.a -pthread -o $@
 EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4 \
                     stlb=2048 stlb_ways=16 capacity=1G,1G
 
 emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu rust
 	target/release/strata emu cargo build --release -p strata-cli
 
-emu-unit: $(BUILD)/emu/test_emu
+emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar
 	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu
+	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu_scalar
 
 emu-test: emu emu-unit
 	cargo test --release -p strata-cli --test emu

@@ -117,6 +117,16 @@ static void die(const char *what, const char *s, size_t n) {
   emu_die(msg);
 }
 
+/* core.c may be built for AVX-512 (the Makefile's EMU_SIMD, on by default where the building
+ * machine has it): on a CPU without it, say so when the library loads, before any access,
+ * instead of dying later on an illegal instruction. */
+__attribute__((constructor)) static void check_cpu(void) {
+  __builtin_cpu_init();
+  if (emu_avx512 && !__builtin_cpu_supports("avx512f"))
+    emu_die("strata-emu: this libstrata_emu.so was built for AVX-512, which this CPU lacks: "
+            "rebuild it with make emu EMU_SIMD=0");
+}
+
 static int parse_num(const char *s, const char *end, int integer, double *out) {
   char buf[64];
   size_t n = (size_t)(end - s);

@@ -9,6 +9,9 @@
 #include "emu.h"
 
 #include <pthread.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +20,11 @@ _Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
 _Atomic uint64_t emu_tlb_gen;
 lru_t emu_llc;
 double emu_queue_factor[EMU_MAX_NODES] = {1, 1, 1, 1, 1, 1, 1, 1};
+#ifdef __AVX512F__
+const int emu_avx512 = 1;
+#else
+const int emu_avx512 = 0;
+#endif
 
 static emu_thread_t *threads[EMU_MAX_THREADS];
 static _Atomic int nthreads;
@@ -56,11 +64,34 @@ static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
   return c->keys + s * c->ways;
 }
 
+#ifdef __AVX512F__
+/* touch_in for up to 16 ways, two 8-lane vectors (built where the machine has AVX-512: see
+ * the Makefile's EMU_SIMD): compare every way at once, then write ways 0..p (p = the key's
+ * way, or the last way on a miss) as the key followed by the old ways 0..p-1. The same
+ * result as the loop below, in a tenth of its instructions for 12-16 ways. */
+static inline __attribute__((always_inline)) int touch_vec(uint64_t *set, unsigned ways, uint64_t k) {
+  unsigned all = (1u << ways) - 1;
+  __mmask8 m0 = (__mmask8)all, m1 = (__mmask8)(all >> 8);
+  __m512i kv = _mm512_set1_epi64((long long)k);
+  __m512i a = _mm512_maskz_loadu_epi64(m0, set), b = _mm512_maskz_loadu_epi64(m1, set + 8);
+  unsigned hit = _mm512_mask_cmpeq_epi64_mask(m0, a, kv) |
+                 (unsigned)_mm512_mask_cmpeq_epi64_mask(m1, b, kv) << 8;
+  unsigned p = hit ? (unsigned)__builtin_ctz(hit) : ways - 1, upd = (2u << p) - 1;
+  /* each way takes the one before it: way 0 the key, way 8 the old way 7 */
+  _mm512_mask_storeu_epi64(set, (__mmask8)upd, _mm512_alignr_epi64(a, kv, 7));
+  if (upd >> 8) _mm512_mask_storeu_epi64(set + 8, (__mmask8)(upd >> 8), _mm512_alignr_epi64(b, a, 7));
+  return hit != 0;
+}
+#endif
+
 /* Touch key in its set: a hit moves it to way 0; a miss inserts it at way 0 and drops the least
  * recent. One pass: shift ways down until the key (or the end) is reached. */
 static inline __attribute__((always_inline)) int touch_in(lru_t *c, uint64_t *set, uint64_t key) {
   uint64_t k = key + 1;
   if (set[0] == k) return 1;
+#ifdef __AVX512F__
+  if (c->ways <= 16) return touch_vec(set, (unsigned)c->ways, k);
+#endif
   uint64_t prev = set[0];
   set[0] = k;
   for (uint64_t i = 1; i < c->ways; i++) {
@@ -177,12 +208,27 @@ static void epoch_end(emu_thread_t *t) {
  * streamer prefetches: such a line overlaps with mlp - 1 others in flight instead of paying
  * the full latency) */
 static inline int stream_continues(emu_thread_t *t, uint64_t line) {
-  for (int i = 0; i < EMU_STREAMS; i++)
-    if (line - t->stream_last[i] + 1 <= 2 && line != t->stream_last[i]) { /* last +- 1 */
-      t->stream_last[i] = line;
-      t->stream_misses++;
-      return 1;
-    }
+  int i;
+#ifdef __AVX512F__
+  _Static_assert(EMU_STREAMS == 16, "two 8-lane vectors");
+  /* line - last + 1 <= 2 (unsigned) and line != last, for all 16 at once */
+  __m512i lv = _mm512_set1_epi64((long long)line), one = _mm512_set1_epi64(1),
+          two = _mm512_set1_epi64(2);
+  __m512i a = _mm512_loadu_si512(t->stream_last), b = _mm512_loadu_si512(t->stream_last + 8);
+  unsigned m = (_mm512_cmple_epu64_mask(_mm512_add_epi64(_mm512_sub_epi64(lv, a), one), two) &
+                _mm512_cmpneq_epu64_mask(lv, a)) |
+               (unsigned)(_mm512_cmple_epu64_mask(_mm512_add_epi64(_mm512_sub_epi64(lv, b), one), two) &
+                          _mm512_cmpneq_epu64_mask(lv, b)) << 8;
+  i = m ? __builtin_ctz(m) : EMU_STREAMS;
+#else
+  for (i = 0; i < EMU_STREAMS; i++)
+    if (line - t->stream_last[i] + 1 <= 2 && line != t->stream_last[i]) break; /* last +- 1 */
+#endif
+  if (i < EMU_STREAMS) {
+    t->stream_last[i] = line;
+    t->stream_misses++;
+    return 1;
+  }
   t->stream_last[t->stream_victim++ % EMU_STREAMS] = line;
   return 0;
 }

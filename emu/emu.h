@@ -111,6 +111,7 @@ extern lru_t emu_llc;
 extern double emu_queue_factor[EMU_MAX_NODES]; /* tier latency multiplier this epoch */
 
 /* core.c */
+extern const int emu_avx512;      /* 1: core.c was built for AVX-512 (the Makefile's EMU_SIMD) */
 emu_thread_t *emu_thread(void);     /* the caller's state, created on first use */
 void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
 int lru_geometry_ok(uint64_t entries, uint64_t ways); /* 0 entries (absent) or whole sets */

@@ -39,6 +39,58 @@ static void test_lru(void) {
   CHECK(lru_init(&l, 6, 4) == -1); /* entries must be a multiple of ways */
 }
 
+/* Every geometry from 1 to 20 ways (core.c compares up to 16 at once with AVX-512, more one by
+ * one) against a plain move-to-front list: the same hit or miss, and the same ways in the
+ * same order, after every touch and removal of a pseudo-random key stream. */
+static void test_lru_ways(void) {
+  enum { SETS = 3, MAXW = 20 };
+  for (uint64_t ways = 1; ways <= MAXW; ways++) {
+    lru_t l;
+    CHECK(lru_init(&l, SETS * ways, ways) == 0);
+    uint64_t ref[SETS][MAXW] = {{0}}; /* key + 1, most recent first, 0 empty */
+    uint64_t x = ways, bad = 0;
+    for (int n = 0; n < 20000 && !bad; n++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      uint64_t key = (x >> 33) % (SETS * (ways + 3)), *r = ref[key % SETS]; /* some hits, some misses */
+      uint64_t w = 0;
+      while (w < ways && r[w] != key + 1) w++;
+      if ((x >> 20) % 8 == 0) { /* remove */
+        lru_remove(&l, key);
+        if (w < ways) {
+          for (; w + 1 < ways; w++) r[w] = r[w + 1];
+          r[ways - 1] = 0;
+        }
+      } else {
+        bad += (uint64_t)lru_touch(&l, key) != (w < ways);
+        for (w = w < ways ? w : ways - 1; w > 0; w--) r[w] = r[w - 1];
+        r[0] = key + 1;
+      }
+      for (uint64_t s = 0; s < SETS; s++)
+        bad += memcmp(l.keys + s * ways, ref[s], ways * sizeof(uint64_t)) != 0;
+    }
+    CHECK(bad == 0);
+    munmap(l.keys, SETS * ways * sizeof(uint64_t));
+  }
+}
+
+/* The stream detector follows 16 streams: 16 interleaved ones (ascending, then descending)
+ * continue on every line after their first; 17 evict each other before they come back. */
+static void test_streams(void) {
+  enum { AREA = 1 << 20, LINES = 64 };
+  char *base = fresh(17 * (size_t)AREA);
+  for (int k = 16, dir = 1, round = 0; round < 3; round++, k = round == 1 ? 16 : 17, dir = round == 1 ? -1 : 1) {
+    int64_t st = c("stream_misses");
+    for (int i = 0; i < LINES; i++)
+      for (int s = 0; s < k; s++) {
+        int line = dir > 0 ? i : LINES - 1 - i;
+        (void)*(volatile char *)(base + (size_t)s * AREA + (size_t)round * LINES * 64 + (size_t)line * 64);
+      }
+    int64_t got = c("stream_misses") - st, want = k == 16 ? 16 * (LINES - 1) : 0;
+    CHECK(got >= want && got <= want + 2); /* (+2: the test's own stack) */
+  }
+  munmap(base, 17 * (size_t)AREA);
+}
+
 /* Two sequential passes over 64 KiB with 8-byte loads: exact counts for LRU caches. */
 static void test_caches(void) {
   volatile uint64_t *a = (volatile uint64_t *)fresh(64 << 10);
@@ -284,6 +336,8 @@ static void test_tpp(void) {
 
 int main(void) {
   test_lru();
+  test_lru_ways();
+  test_streams();
   test_caches();
   test_tlb();
   test_alternate();
