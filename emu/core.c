@@ -344,7 +344,7 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
   return 1;
 }
 
-/* Everything past the fast path: another page, or another line. For another line, first two
+/* Everything past the fast path and mru_hit: another page, or another line. For another line, first two
  * prefetches, so that the host fetches both while the model works: the program's own line (it
  * loads or stores it as soon as the hook returns; without this its cache misses no longer
  * overlap with anything) and the LLC set this line maps to (a tag array too large to stay in
@@ -353,7 +353,6 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
   uint64_t line = addr >> EMU_LINE_SHIFT, *llc_set = NULL;
   if (line != t->last_line) {
-    if (mru_hit(t, addr, line, store)) return;
     if (store) __builtin_prefetch((const void *)addr, 1);
     else __builtin_prefetch((const void *)addr, 0);
     if (emu_llc.sets) {
@@ -376,6 +375,16 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   cache_path(t, line, llc_set, pte, store, addr);
 }
 
+/* Not the same line, or a shootdown or page bits pending: a line that is the most recent of
+ * its set changes nothing but counters (mru_hit), checked before access_slow's frame. */
+static __attribute__((noinline)) void access_other(emu_thread_t *t, uintptr_t addr, int store) {
+  uint64_t line = addr >> EMU_LINE_SHIFT;
+  if (likely(atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) == t->gen) &&
+      line != t->last_line && mru_hit(t, addr, line, store))
+    return;
+  access_slow(t, addr, store);
+}
+
 /* The fast path: the same line as this thread's previous access (so the most recent line of
  * its L1 set and the most recent page of its TLB: nothing to update but counters), no
  * shootdown pending, and the page's bits already set (a scan or the demotion clock may have
@@ -391,7 +400,7 @@ static inline __attribute__((always_inline)) void access1(emu_thread_t *t, uintp
     count_l1_hit(t, pte);
     return;
   }
-  access_slow(t, addr, store);
+  access_other(t, addr, store);
 }
 
 static inline int straddles(uintptr_t a, unsigned size) {

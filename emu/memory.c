@@ -19,25 +19,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define LEAF_BITS 18
+#define LEAF_BITS EMU_LEAF_BITS
 #define LEAF_ENTRIES ((size_t)1 << LEAF_BITS)
-#define TOP_ENTRIES ((size_t)1 << (47 - EMU_PAGE_SHIFT - LEAF_BITS))
+#define TOP_ENTRIES EMU_TOP_ENTRIES
 #define PAGE ((uint64_t)1 << EMU_PAGE_SHIFT)
 
-static _Atomic(pte_t *) top[TOP_ENTRIES];
+_Atomic(pte_t *) emu_top[EMU_TOP_ENTRIES];
 static pte_t dummy; /* for addresses beyond the user address space */
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t emu_resident[EMU_MAX_NODES];
 uint64_t emu_peak_resident; /* most pages resident at once, all nodes (under mem_lock) */
 _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
 uint64_t emu_next_tick_ps = UINT64_MAX;
-
-pte_t *emu_pte(uint64_t vpn) {
-  size_t i = vpn >> LEAF_BITS;
-  if (i >= TOP_ENTRIES) return NULL;
-  pte_t *leaf = atomic_load_explicit(&top[i], memory_order_acquire);
-  return leaf ? &leaf[vpn & (LEAF_ENTRIES - 1)] : NULL;
-}
 
 pte_t *emu_pte_make(uint64_t vpn) {
   pte_t *p = emu_pte(vpn);
@@ -51,7 +44,7 @@ pte_t *emu_pte_make(uint64_t vpn) {
   pte_t *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (leaf == MAP_FAILED) return &dummy;
   pte_t *expect = NULL;
-  if (!atomic_compare_exchange_strong(&top[i], &expect, leaf))
+  if (!atomic_compare_exchange_strong(&emu_top[i], &expect, leaf))
     syscall(SYS_munmap, leaf, bytes); /* not munmap: the emulator interposes it */
   return emu_pte(vpn);
 }
@@ -296,7 +289,7 @@ static void hand_next_leaf(hand_t *h, size_t *leaves) {
  * leaf max_leaves times (counted in *leaves, which the caller zeroes to start a walk). */
 static pte_t *hand_take(hand_t *h, size_t *leaves, size_t max_leaves) {
   while (*leaves < max_leaves) {
-    pte_t *leaf = atomic_load(&top[h->leaf]);
+    pte_t *leaf = atomic_load(&emu_top[h->leaf]);
     if (!leaf) {
       hand_next_leaf(h, leaves);
       continue;
