@@ -152,7 +152,7 @@ $(BUILD)/vm/%: tests/vm/%.c tests/vm/numa_maps.h $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -static $< $(BUILD)/libstrata.a -o $@
 
-vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites
+vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites $(BUILD)/emu/access-emu
 	@scripts/bootstrap.sh --vm
 	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
 

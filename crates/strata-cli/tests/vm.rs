@@ -134,3 +134,29 @@ fn guest_transparent_mode_rules_send_a_context_to_the_slow_node() {
     assert!(out.contains("100/100 objects on node 1"), "{out}");
     assert_eq!(code, 0);
 }
+
+/// The emulator built for AVX-512 (`make emu` on a machine with it) refuses, when it loads, a
+/// CPU without it (the guest's emulated CPU) with a message saying how to rebuild, instead of
+/// dying on an illegal instruction; a plain build (EMU_SIMD=0) runs there.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_emulator_built_for_avx512_refuses_a_cpu_without_it() {
+    if guest_available().is_none() {
+        return;
+    }
+    let build = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../build");
+    let (lib, prog) = (build.join("libstrata_emu.so"), build.join("emu/access-emu"));
+    assert!(prog.exists(), "{} is missing: run `make emu`", prog.display());
+    let (lib, prog) = (std::fs::canonicalize(lib).unwrap(), std::fs::canonicalize(prog).unwrap());
+    let dis = Command::new("objdump").arg("-d").arg(&lib).output().expect("run objdump");
+    let avx512 = String::from_utf8_lossy(&dis.stdout).contains("zmm");
+    let (l, p) = (lib.to_str().unwrap(), prog.to_str().unwrap());
+    let script = format!("grep -qw avx512f /proc/cpuinfo && echo guest-has-avx512; {p} seq 1 1 2>&1; echo exit=$?");
+    let (code, out) = run_in_guest(&["--file", l, "--file", p, "--", "sh", "-c", &script]);
+    assert_eq!(code, 0, "{out}");
+    if avx512 && !out.contains("guest-has-avx512") {
+        assert!(out.contains("built for AVX-512, which this CPU lacks") && out.contains("exit=2"), "{out}");
+    } else {
+        assert!(out.contains("seq ") && out.contains("exit=0"), "{out}");
+    }
+}
