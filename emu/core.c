@@ -68,7 +68,8 @@ static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
 /* touch_in for up to 16 ways, two 8-lane vectors (built where the machine has AVX-512: see
  * the Makefile's EMU_SIMD): compare every way at once, then write ways 0..p (p = the key's
  * way, or the last way on a miss) as the key followed by the old ways 0..p-1. The same
- * result as the loop below, in a tenth of its instructions for 12-16 ways. */
+ * result as the loop below, in about 33 instructions where the loop takes 7 for each way it
+ * passes (objdump of access_slow: 84-112 for a miss in 12-16 ways). */
 static inline __attribute__((always_inline)) int touch_vec(uint64_t *set, unsigned ways, uint64_t k) {
   unsigned all = (1u << ways) - 1;
   __mmask8 m0 = (__mmask8)all, m1 = (__mmask8)(all >> 8);

@@ -123,14 +123,16 @@ int emu_nthreads(void);
 emu_thread_t *emu_thread_at(int i);
 
 /* memory.c */
+/* the page table's radix tree (memory.c) */
 #define EMU_LEAF_BITS 18
+#define EMU_LEAF_ENTRIES ((size_t)1 << EMU_LEAF_BITS)
 #define EMU_TOP_ENTRIES ((size_t)1 << (47 - EMU_PAGE_SHIFT - EMU_LEAF_BITS))
 extern _Atomic(pte_t *) emu_top[EMU_TOP_ENTRIES];
 static inline pte_t *emu_pte(uint64_t vpn) { /* NULL if its leaf was never allocated */
   size_t i = vpn >> EMU_LEAF_BITS;
   if (i >= EMU_TOP_ENTRIES) return NULL;
   pte_t *leaf = atomic_load_explicit(&emu_top[i], memory_order_acquire);
-  return leaf ? &leaf[vpn & (((size_t)1 << EMU_LEAF_BITS) - 1)] : NULL;
+  return leaf ? &leaf[vpn & (EMU_LEAF_ENTRIES - 1)] : NULL;
 }
 pte_t *emu_pte_make(uint64_t vpn);  /* allocates the leaf; NULL only if out of memory */
 void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte);

@@ -19,9 +19,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define LEAF_BITS EMU_LEAF_BITS
-#define LEAF_ENTRIES ((size_t)1 << LEAF_BITS)
-#define TOP_ENTRIES EMU_TOP_ENTRIES
 #define PAGE ((uint64_t)1 << EMU_PAGE_SHIFT)
 
 _Atomic(pte_t *) emu_top[EMU_TOP_ENTRIES];
@@ -35,12 +32,12 @@ uint64_t emu_next_tick_ps = UINT64_MAX;
 pte_t *emu_pte_make(uint64_t vpn) {
   pte_t *p = emu_pte(vpn);
   if (likely(p)) return p;
-  size_t i = vpn >> LEAF_BITS;
-  if (i >= TOP_ENTRIES) {
+  size_t i = vpn >> EMU_LEAF_BITS;
+  if (i >= EMU_TOP_ENTRIES) {
     dummy.flags = STRATA_EMU_PRESENT;
     return &dummy;
   }
-  size_t bytes = sizeof(pte_t) * LEAF_ENTRIES;
+  size_t bytes = sizeof(pte_t) * EMU_LEAF_ENTRIES;
   pte_t *leaf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (leaf == MAP_FAILED) return &dummy;
   pte_t *expect = NULL;
@@ -57,7 +54,7 @@ void emu_unmap(uintptr_t start, size_t len) {
   for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
     pte_t *p = emu_pte(v);
     if (!p) {
-      v |= LEAF_ENTRIES - 1; /* no leaf: skip to the next one */
+      v |= EMU_LEAF_ENTRIES - 1; /* no leaf: skip to the next one */
       continue;
     }
     if (atomic_load(&p->flags) & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
@@ -280,7 +277,7 @@ typedef struct {
 } hand_t;
 
 static void hand_next_leaf(hand_t *h, size_t *leaves) {
-  h->leaf = (h->leaf + 1) % TOP_ENTRIES;
+  h->leaf = (h->leaf + 1) % EMU_TOP_ENTRIES;
   h->idx = 0;
   ++*leaves;
 }
@@ -295,7 +292,7 @@ static pte_t *hand_take(hand_t *h, size_t *leaves, size_t max_leaves) {
       continue;
     }
     pte_t *p = &leaf[h->idx];
-    if (++h->idx == LEAF_ENTRIES) hand_next_leaf(h, leaves);
+    if (++h->idx == EMU_LEAF_ENTRIES) hand_next_leaf(h, leaves);
     return p;
   }
   return NULL;
@@ -315,7 +312,7 @@ static void demote_cold(void) {
   pte_t *p;
   /* at most two sweeps over the address space (the second sees cleared bits) */
   for (size_t leaves = 0;
-       atomic_load(&emu_resident[0]) > target && (p = hand_take(&clock_hand, &leaves, 2 * TOP_ENTRIES));) {
+       atomic_load(&emu_resident[0]) > target && (p = hand_take(&clock_hand, &leaves, 2 * EMU_TOP_ENTRIES));) {
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT) || p->node != 0) continue;
     if (f & STRATA_EMU_ACCESSED) {
@@ -365,7 +362,7 @@ static void scan(void) {
   uint64_t budget = emu_cfg.tpp_scan_bytes / PAGE, marked = 0;
   pte_t *p;
   /* at most one lap, plus the rest of the leaf it started in */
-  for (size_t leaves = 0; budget && (p = hand_take(&scan_hand, &leaves, TOP_ENTRIES + 1));) {
+  for (size_t leaves = 0; budget && (p = hand_take(&scan_hand, &leaves, EMU_TOP_ENTRIES + 1));) {
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT)) continue;
     budget--;

@@ -51,7 +51,8 @@ static void test_lru_ways(void) {
     uint64_t x = ways, bad = 0;
     for (int n = 0; n < 20000 && !bad; n++) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      uint64_t key = (x >> 33) % (SETS * (ways + 3)), *r = ref[key % SETS]; /* some hits, some misses */
+      /* a few more keys than fit: some hits, some misses */
+      uint64_t key = (x >> 33) % (SETS * (ways + 3)), *r = ref[key % SETS];
       uint64_t w = 0;
       while (w < ways && r[w] != key + 1) w++;
       if ((x >> 20) % 8 == 0) { /* remove */
@@ -77,13 +78,15 @@ static void test_lru_ways(void) {
  * continue on every line after their first; 17 evict each other before they come back. */
 static void test_streams(void) {
   enum { AREA = 1 << 20, LINES = 64 };
+  const struct { int streams, down; } rounds[] = {{16, 0}, {16, 1}, {17, 0}};
   char *base = fresh(17 * (size_t)AREA);
-  for (int k = 16, dir = 1, round = 0; round < 3; round++, k = round == 1 ? 16 : 17, dir = round == 1 ? -1 : 1) {
+  for (int r = 0; r < 3; r++) {
+    int k = rounds[r].streams;
     int64_t st = c("stream_misses");
     for (int i = 0; i < LINES; i++)
-      for (int s = 0; s < k; s++) {
-        int line = dir > 0 ? i : LINES - 1 - i;
-        (void)*(volatile char *)(base + (size_t)s * AREA + (size_t)round * LINES * 64 + (size_t)line * 64);
+      for (int s = 0; s < k; s++) { /* each round on fresh lines of each stream's area */
+        int line = rounds[r].down ? LINES - 1 - i : i;
+        (void)*(volatile char *)(base + (size_t)s * AREA + ((size_t)r * LINES + (size_t)line) * 64);
       }
     int64_t got = c("stream_misses") - st, want = k == 16 ? 16 * (LINES - 1) : 0;
     CHECK(got >= want && got <= want + 2); /* (+2: the test's own stack) */
