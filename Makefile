@@ -20,7 +20,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
 C_TESTS := test_api test_stress
 
-.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test
+.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
 all: lib rust
 
@@ -73,12 +73,18 @@ EMU_SIMD   ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo 1 || ec
 ifeq ($(EMU_SIMD),1)
 $(BUILD)/emu/core.o: EMU_CFLAGS += -mavx512f
 endif
-$(BUILD)/emu/%.o: emu/%.c emu/emu.h include/strata_emu.h libstrata/machine/machine.h
+# the value core.o was built with, rewritten only when it changes, so a change rebuilds core.o
+FORCE:
+$(BUILD)/emu/simd: FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_CFLAGS) -c $< -o $@
-$(BUILD)/emu/scalar/core.o: emu/core.c emu/emu.h include/strata_emu.h libstrata/machine/machine.h
-	@mkdir -p $(dir $@)
-	$(CC) $(EMU_CFLAGS) -c $< -o $@
+	@echo $(EMU_SIMD) | cmp -s - $@ || echo $(EMU_SIMD) > $@
+$(BUILD)/emu/core.o: $(BUILD)/emu/simd
+EMU_DEPS    = emu/emu.h include/strata_emu.h libstrata/machine/machine.h
+EMU_COMPILE = mkdir -p $(dir $@) && $(CC) $(EMU_CFLAGS) -c $< -o $@
+$(BUILD)/emu/%.o: emu/%.c $(EMU_DEPS)
+	$(EMU_COMPILE)
+$(BUILD)/emu/scalar/core.o: emu/core.c $(EMU_DEPS)
+	$(EMU_COMPILE)
 $(BUILD)/libstrata_emu.so: $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
 	$(CC) -shared -pthread $^ -o $@
 # a program for the emulator: what `strata emu cc` does
