@@ -346,10 +346,12 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
 }
 
 /* Everything past the fast path and mru_hit: another page, or another line. For another line,
- * first two prefetches, so that the host fetches both while the model works: the program's
+ * first prefetches, so that the host fetches them while the model works: the program's
  * own line (it loads or stores it as soon as the hook returns; without this its cache misses
  * no longer overlap with anything) and the LLC set this line maps to (a tag array too large to
- * stay in the host's caches next to the program's data). Prefetches never fault. */
+ * stay in the host's caches next to the program's data): every host line of a set of up to 16
+ * ways, which spans three when it does not start on a line (15 ways are 120 bytes). Prefetches
+ * never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
   uint64_t line = addr >> EMU_LINE_SHIFT, *llc_set = NULL;
@@ -359,6 +361,7 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
     if (emu_llc.sets) {
       llc_set = lru_set(&emu_llc, line);
       __builtin_prefetch(llc_set, 1);
+      __builtin_prefetch(llc_set + 8, 1);
       __builtin_prefetch(llc_set + emu_llc.ways - 1, 1);
     }
   }
