@@ -50,7 +50,7 @@ int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
   if (!entries) return 0; /* level absent */
   c->ways = ways;
   c->sets = entries / ways;
-  c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : 0;
+  c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : UINT64_MAX;
   c->keys = raw_alloc(entries * sizeof(uint64_t));
   return c->keys ? 0 : -1;
 }
@@ -60,7 +60,7 @@ int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
  * miss; hashing instead would scatter consecutive lines over the tag array and cost the
  * emulator a host cache miss per lookup. */
 static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
-  uint64_t s = c->mask || c->sets == 1 ? key & c->mask : key % c->sets;
+  uint64_t s = likely(c->mask != UINT64_MAX) ? key & c->mask : key % c->sets;
   return c->keys + s * c->ways;
 }
 
@@ -292,7 +292,8 @@ static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
     }
     t->last_tlb_key = key;
   }
-  pte_t *pte = emu_pte_make(vpn);
+  pte_t *pte = emu_pte(vpn);
+  if (unlikely(!pte)) pte = emu_pte_make(vpn);
   uint8_t f = atomic_load_explicit(&pte->flags, memory_order_relaxed);
   if (unlikely(!(f & STRATA_EMU_PRESENT))) emu_first_touch(t, vpn, pte);
   else if (unlikely(f & STRATA_EMU_HINT)) emu_hint_fault(t, vpn, pte);

@@ -64,7 +64,8 @@ extern emu_config_t emu_cfg;
  * number, TLBs by page number. */
 typedef struct lru_s {
   uint64_t *keys;      /* sets * ways; a key is stored + 1 so 0 means empty */
-  uint64_t sets, ways, mask; /* mask = sets - 1 when sets is a power of two, else 0 */
+  uint64_t sets, ways;
+  uint64_t mask;       /* sets - 1 when sets is a power of two, else UINT64_MAX */
 } lru_t;
 
 /* Per-thread counters, in the order the report prints them: X(name) are stored, D(name, expr)
