@@ -37,6 +37,14 @@ static void test_lru(void) {
   lru_flush(&l);
   CHECK(lru_touch(&l, 0) == 0);
   CHECK(lru_init(&l, 6, 4) == -1); /* entries must be a multiple of ways */
+  CHECK(lru_init(&l, 3, 3) == 0);  /* one set: fully associative, any key */
+  CHECK(lru_touch(&l, 5) == 0);
+  CHECK(lru_touch(&l, 6) == 0);
+  CHECK(lru_touch(&l, 7) == 0);
+  CHECK(lru_touch(&l, 5) == 1);
+  CHECK(lru_touch(&l, 8) == 0);    /* evicts 6, the least recent */
+  CHECK(lru_touch(&l, 7) == 1);
+  CHECK(lru_touch(&l, 6) == 0);
 }
 
 /* Every geometry from 1 to 20 ways (core.c compares up to 16 at once with AVX-512, more one by

@@ -210,9 +210,12 @@ fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> anyhow::Result<(f6
     Ok((median(mem), median(walk).max(0.0)))
 }
 
-/// Streaming read bandwidth in MB/s of `threads` threads at once, each over its own buffer of
-/// `bytes` (the best of three rounds, timed from the first start to the last finish).
-fn stream(bytes: usize, threads: usize) -> anyhow::Result<f64> {
+/// Streaming read bandwidth in MB/s of `threads` threads at once, each over its own share of
+/// `total` bytes (whole 2 MiB pages, at least one), so that a machine with many CPUs does not
+/// need one large buffer each (the best of three rounds, timed from the first start to the
+/// last finish).
+fn stream(total: usize, threads: usize) -> anyhow::Result<f64> {
+    let bytes = ((total / threads) & !((2 << 20) - 1)).max(2 << 20);
     let bufs = (0..threads).map(|_| Buffer::new(bytes, true)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut words: Vec<&mut [u64]> = bufs
         .iter()
