@@ -135,7 +135,8 @@ static inline pte_t *emu_pte(uint64_t vpn) { /* NULL if its leaf was never alloc
   pte_t *leaf = atomic_load_explicit(&emu_top[i], memory_order_acquire);
   return leaf ? &leaf[vpn & (EMU_LEAF_ENTRIES - 1)] : NULL;
 }
-pte_t *emu_pte_make(uint64_t vpn);  /* allocates the leaf; NULL only if out of memory */
+pte_t *emu_pte_make(uint64_t vpn);  /* allocates the leaf; never NULL (beyond the address space
+                                     * or out of memory: a dummy entry, always present) */
 void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte);
 void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte);
 void emu_kernel_tick(emu_thread_t *t);

@@ -210,12 +210,16 @@ fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> anyhow::Result<(f6
     Ok((median(mem), median(walk).max(0.0)))
 }
 
+/// Each thread's share of `total` bytes: whole 2 MiB pages, at least one, so that a machine
+/// with many CPUs does not need one large buffer each.
+fn share(total: usize, threads: usize) -> usize {
+    ((total / threads) & !((2 << 20) - 1)).max(2 << 20)
+}
+
 /// Streaming read bandwidth in MB/s of `threads` threads at once, each over its own share of
-/// `total` bytes (whole 2 MiB pages, at least one), so that a machine with many CPUs does not
-/// need one large buffer each (the best of three rounds, timed from the first start to the
-/// last finish).
+/// `total` bytes (the best of three rounds, timed from the first start to the last finish).
 fn stream(total: usize, threads: usize) -> anyhow::Result<f64> {
-    let bytes = ((total / threads) & !((2 << 20) - 1)).max(2 << 20);
+    let bytes = share(total, threads);
     let bufs = (0..threads).map(|_| Buffer::new(bytes, true)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut words: Vec<&mut [u64]> = bufs
         .iter()
@@ -270,8 +274,12 @@ pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
     say("streaming read, one thread");
     let stream_mbps = stream(big, 1)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    say(&format!("streaming read, {cpus} threads"));
-    let memory_mbps = stream(big, cpus)?.max(stream_mbps);
+    let memory_mbps = if cpus > 1 {
+        say(&format!("streaming read, {cpus} threads"));
+        stream(big, cpus)?.max(stream_mbps)
+    } else {
+        stream_mbps
+    };
     let line_ns = 64.0 * 1000.0 / stream_mbps;
     Ok(Calibration {
         l1,
@@ -345,9 +353,11 @@ mod tests {
     }
 
     #[test]
-    fn streaming_is_measured_with_one_thread_and_with_two() {
-        let one = stream(8 << 20, 1).unwrap();
-        let two = stream(8 << 20, 2).unwrap();
-        assert!(one.is_finite() && one > 0.0 && two.is_finite() && two > 0.0, "{one} {two}");
+    fn each_streaming_thread_gets_whole_huge_pages_of_the_total() {
+        const M: usize = 1 << 20;
+        assert_eq!(share(420 * M, 1), 420 * M);
+        assert_eq!(share(420 * M, 2), 210 * M);
+        assert_eq!(share(420 * M, 64), 6 * M); // 6.56 MiB, rounded down to 2 MiB pages
+        assert_eq!(share(M, 4), 2 * M); // at least one page each
     }
 }
