@@ -7,6 +7,10 @@
 //!      natively and, built with `strata emu cargo`, on the `host` preset (this machine,
 //!      calibrated first; one tier);
 //!   3. speed: simulated accesses per second of wall time, and slowdown vs native.
+//! Every timed program runs --repeat times, native and emulated alternating, so that a change
+//! in the machine's speed meets both: a speed-up is the median over the runs, a speed the
+//! fastest run on each side (another tenant's load only ever slows a run down); every run's
+//! time is in the JSON.
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command as Proc;
@@ -17,6 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{run_emulated, Machine};
+use crate::bench::median;
 use crate::output::{emit, emit_json, progress};
 
 #[derive(clap::Args)]
@@ -31,6 +36,9 @@ pub struct Args {
     /// No progress lines
     #[arg(long, short)]
     quiet: bool,
+    /// Runs of each timed program, native and emulated alternating [default: 3, 1 with --quick]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: Option<u32>,
 }
 
 /// The geometry both cachegrind and the emulator use for the comparison.
@@ -51,16 +59,20 @@ struct Workload {
     speed: Speed,
 }
 
+/// The layout benchmark's runs, in order.
 #[derive(Serialize)]
 struct Layout {
     args: Vec<String>,
-    native_nodes_per_sec: Value,
-    emulated_nodes_per_sec: Value,
+    native_speedups: Vec<f64>,
+    emulated_speedups: Vec<f64>,
+    native_nodes_per_sec: Vec<Value>,
+    emulated_nodes_per_sec: Vec<Value>,
     #[serde(flatten)]
     speed: Speed,
 }
 
-/// One program run natively and on the emulator: how fast the emulator was.
+/// One program run natively and on the emulator, --repeat times: how fast the emulator was,
+/// from the fastest run on each side.
 #[derive(Serialize)]
 struct Speed {
     accesses: u64,
@@ -68,16 +80,22 @@ struct Speed {
     emulated_s: f64,
     accesses_per_sec: f64,
     slowdown: f64,
+    native_runs_s: Vec<f64>,
+    emulated_runs_s: Vec<f64>,
 }
 
 impl Speed {
-    fn new(accesses: u64, native_s: f64, emulated_s: f64) -> Speed {
+    fn new(accesses: u64, native_runs_s: Vec<f64>, emulated_runs_s: Vec<f64>) -> Speed {
+        let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let (native_s, emulated_s) = (best(&native_runs_s), best(&emulated_runs_s));
         Speed {
             accesses,
             native_s,
             emulated_s,
             accesses_per_sec: accesses as f64 / emulated_s,
             slowdown: emulated_s / native_s,
+            native_runs_s,
+            emulated_runs_s,
         }
     }
 }
@@ -86,13 +104,17 @@ impl Speed {
 struct Report {
     /// worst relative difference of a miss count (D1 or LL) vs cachegrind, as a fraction
     max_miss_rel_err: f64,
+    /// medians over the runs
     layout_speedup_native: f64,
     layout_speedup_emulated: f64,
     /// emulated / native layout speed-up
     layout_ratio: f64,
-    /// simulated accesses per second of wall time over every emulated run (one thread each)
+    /// runs of each timed program, native and emulated alternating
+    repeat: u32,
+    /// simulated accesses per second of wall time over the emulated programs (one thread
+    /// each), each program's fastest run
     accesses_per_sec: f64,
-    /// emulated wall time / native wall time over the same runs
+    /// emulated wall time / native wall time over the same programs, fastest runs
     slowdown: f64,
     geometry: Value,
     workloads: Vec<Workload>,
@@ -138,6 +160,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             progress("validate", m)
         }
     };
+    let repeat = a.repeat.unwrap_or(if a.quick { 1 } else { 3 });
     let plain = built("emu/access")?;
     let instrumented = built("emu/access-emu")?;
     let (mib, n) = if a.quick { ("32", "1000000") } else { ("64", "4000000") };
@@ -166,13 +189,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::ensure!(o.status.success(), "cachegrind failed: {text}");
         let cg_d1 = cachegrind_count(&text, "D1  misses:")?;
         let cg_ll = cachegrind_count(&text, "LLd misses:")?;
-        let (native_s, _) = wall(Proc::new(&plain).args(args))?;
-        let mut c = Proc::new(&instrumented);
-        c.args(args);
-        let (st, _, rep) = run_emulated(&cg_machine, &mut c, true)?;
-        anyhow::ensure!(st.success(), "{} {:?} failed on the emulator", instrumented.display(), args);
-        let (d1, ll) = (rep.total("l1_misses"), rep.total("llc_misses"));
-        let acc = rep.total("accesses");
+        let (mut native_runs, mut emu_runs, mut counts) = (Vec::new(), Vec::new(), None);
+        for _ in 0..repeat {
+            native_runs.push(wall(Proc::new(&plain).args(args))?.0);
+            let mut c = Proc::new(&instrumented);
+            c.args(args);
+            let (st, _, rep) = run_emulated(&cg_machine, &mut c, true)?;
+            anyhow::ensure!(st.success(), "{} {:?} failed on the emulator", instrumented.display(), args);
+            emu_runs.push(rep.wall_s);
+            let got = (rep.total("l1_misses"), rep.total("llc_misses"), rep.total("accesses"));
+            // single-threaded runs in the same environment repeat exactly
+            anyhow::ensure!(counts.unwrap_or(got) == got, "{name}: the emulated runs differ: {counts:?} vs {got:?}");
+            counts = Some(got);
+        }
+        let (d1, ll, acc) = counts.expect("repeat is at least 1");
         workloads.push(Workload {
             name: name.to_string(),
             args: args.iter().map(|s| s.to_string()).collect(),
@@ -182,7 +212,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             emulator_ll_misses: ll,
             d1_rel_err: rel(d1, cg_d1),
             ll_rel_err: rel(ll, cg_ll),
-            speed: Speed::new(acc, native_s, rep.wall_s),
+            speed: Speed::new(acc, native_runs, emu_runs),
         });
     }
 
@@ -197,33 +227,52 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    say(&format!("layout: strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages)"));
-    let mut native = Proc::new(std::env::current_exe()?);
-    native.args(&largs);
-    unsafe {
-        // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
-        native.pre_exec(|| {
-            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-            Ok(())
-        });
-    }
-    let (native_s, out) = wall(&mut native)?;
-    let nat: Value = serde_json::from_slice(&out).context("native locality JSON")?;
-    say("layout: the same on the emulated host preset");
-    let mut emu = Proc::new(super::emu_strata()?);
-    emu.args(&largs);
-    let (st, out, rep) = run_emulated(&host, &mut emu, true)?;
-    anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
-    let em: Value = serde_json::from_slice(&out).context("emulated locality JSON")?;
-    anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
-    let sp_n = nat["traversal_speedup"].as_f64().context("native traversal_speedup")?;
-    let sp_e = em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?;
-    let layout = Layout {
-        args: largs,
-        native_nodes_per_sec: nat["traversal_nodes_per_sec"].clone(),
-        emulated_nodes_per_sec: em["traversal_nodes_per_sec"].clone(),
-        speed: Speed::new(rep.total("accesses"), native_s, rep.wall_s),
+    say(&format!(
+        "layout: strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages) and emulated, {repeat} time(s)"
+    ));
+    let mut layout = Layout {
+        args: largs.clone(),
+        native_speedups: Vec::new(),
+        emulated_speedups: Vec::new(),
+        native_nodes_per_sec: Vec::new(),
+        emulated_nodes_per_sec: Vec::new(),
+        speed: Speed::new(0, Vec::new(), Vec::new()),
     };
+    let (mut native_runs, mut emu_runs, mut accesses) = (Vec::new(), Vec::new(), None);
+    for r in 0..repeat {
+        if repeat > 1 {
+            say(&format!("layout: run {}/{repeat}", r + 1));
+        }
+        let mut native = Proc::new(std::env::current_exe()?);
+        native.args(&largs);
+        unsafe {
+            // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
+            native.pre_exec(|| {
+                libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+                Ok(())
+            });
+        }
+        let (native_s, out) = wall(&mut native)?;
+        let nat: Value = serde_json::from_slice(&out).context("native locality JSON")?;
+        let mut emu = Proc::new(super::emu_strata()?);
+        emu.args(&largs);
+        let (st, out, rep) = run_emulated(&host, &mut emu, true)?;
+        anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
+        let em: Value = serde_json::from_slice(&out).context("emulated locality JSON")?;
+        anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
+        let got = rep.total("accesses");
+        anyhow::ensure!(accesses.unwrap_or(got) == got, "the emulated layout runs differ: {accesses:?} vs {got} accesses");
+        accesses = Some(got);
+        layout.native_speedups.push(nat["traversal_speedup"].as_f64().context("native traversal_speedup")?);
+        layout.emulated_speedups.push(em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?);
+        layout.native_nodes_per_sec.push(nat["traversal_nodes_per_sec"].clone());
+        layout.emulated_nodes_per_sec.push(em["traversal_nodes_per_sec"].clone());
+        native_runs.push(native_s);
+        emu_runs.push(rep.wall_s);
+    }
+    layout.speed = Speed::new(accesses.expect("repeat is at least 1"), native_runs, emu_runs);
+    let sp_n = median(layout.native_speedups.clone());
+    let sp_e = median(layout.emulated_speedups.clone());
 
     let runs: Vec<&Speed> = workloads.iter().map(|w| &w.speed).chain([&layout.speed]).collect();
     let acc: u64 = runs.iter().map(|r| r.accesses).sum();
@@ -234,6 +283,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         layout_speedup_native: sp_n,
         layout_speedup_emulated: sp_e,
         layout_ratio: sp_e / sp_n,
+        repeat,
         accesses_per_sec: acc as f64 / esec,
         slowdown: esec / nsec,
         geometry: serde_json::json!({"d1_bytes": D1.0, "d1_ways": D1.1, "ll_bytes": LL.0, "ll_ways": LL.1, "line": 64}),
@@ -260,13 +310,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             w.speed.accesses_per_sec / 1e6, w.speed.slowdown
         );
     }
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
+    let l = &report.layout;
     s += &format!(
         "\nlayout (strata bench locality, next_to vs malloc): native {:.2}x, emulated (host preset) {:.2}x, ratio {:.2}\n",
         sp_n, sp_e, report.layout_ratio
     );
     s += &format!(
-        "emulator speed: {:.1} M simulated accesses/s, {:.1}x slower than native (all runs above)\n",
-        report.accesses_per_sec / 1e6, report.slowdown
+        "  speed-ups, run by run: native {}, emulated {}; seconds: native {}, emulated {}\n",
+        list(&l.native_speedups), list(&l.emulated_speedups),
+        list(&l.speed.native_runs_s), list(&l.speed.emulated_runs_s)
+    );
+    s += &format!(
+        "emulator speed: {:.1} M simulated accesses/s, {:.2}x slower than native (every program above, \
+         its fastest of {} runs on each side)\n",
+        report.accesses_per_sec / 1e6, report.slowdown, report.repeat
     );
     emit(&s)
 }
