@@ -147,6 +147,16 @@ fn cachegrind_count(text: &str, label: &str) -> anyhow::Result<u64> {
     num.replace(',', "").parse().with_context(|| format!("cachegrind's '{line}'"))
 }
 
+/// The figures of a repeated emulated run: single-threaded runs in the same environment repeat
+/// exactly, so any difference is an error.
+fn same_every_run<T: PartialEq + std::fmt::Debug>(seen: &mut Option<T>, got: T, what: &str) -> anyhow::Result<()> {
+    if let Some(s) = seen {
+        anyhow::ensure!(*s == got, "{what}: the emulated runs differ: {s:?} vs {got:?}");
+    }
+    *seen = Some(got);
+    Ok(())
+}
+
 fn rel(a: u64, b: u64) -> f64 {
     if b == 0 {
         return if a == 0 { 0.0 } else { 1.0 };
@@ -198,9 +208,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             anyhow::ensure!(st.success(), "{} {:?} failed on the emulator", instrumented.display(), args);
             emu_runs.push(rep.wall_s);
             let got = (rep.total("l1_misses"), rep.total("llc_misses"), rep.total("accesses"));
-            // single-threaded runs in the same environment repeat exactly
-            anyhow::ensure!(counts.unwrap_or(got) == got, "{name}: the emulated runs differ: {counts:?} vs {got:?}");
-            counts = Some(got);
+            same_every_run(&mut counts, got, name)?;
         }
         let (d1, ll, acc) = counts.expect("repeat is at least 1");
         workloads.push(Workload {
@@ -230,15 +238,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     say(&format!(
         "layout: strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages) and emulated, {repeat} time(s)"
     ));
-    let mut layout = Layout {
-        args: largs.clone(),
-        native_speedups: Vec::new(),
-        emulated_speedups: Vec::new(),
-        native_nodes_per_sec: Vec::new(),
-        emulated_nodes_per_sec: Vec::new(),
-        speed: Speed::new(0, Vec::new(), Vec::new()),
-    };
     let (mut native_runs, mut emu_runs, mut accesses) = (Vec::new(), Vec::new(), None);
+    let (mut native_speedups, mut emulated_speedups) = (Vec::new(), Vec::new());
+    let (mut native_nodes_per_sec, mut emulated_nodes_per_sec) = (Vec::new(), Vec::new());
     for r in 0..repeat {
         if repeat > 1 {
             say(&format!("layout: run {}/{repeat}", r + 1));
@@ -260,19 +262,24 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
         let em: Value = serde_json::from_slice(&out).context("emulated locality JSON")?;
         anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
-        let got = rep.total("accesses");
-        anyhow::ensure!(accesses.unwrap_or(got) == got, "the emulated layout runs differ: {accesses:?} vs {got} accesses");
-        accesses = Some(got);
-        layout.native_speedups.push(nat["traversal_speedup"].as_f64().context("native traversal_speedup")?);
-        layout.emulated_speedups.push(em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?);
-        layout.native_nodes_per_sec.push(nat["traversal_nodes_per_sec"].clone());
-        layout.emulated_nodes_per_sec.push(em["traversal_nodes_per_sec"].clone());
+        same_every_run(&mut accesses, rep.total("accesses"), "layout (accesses)")?;
+        native_speedups.push(nat["traversal_speedup"].as_f64().context("native traversal_speedup")?);
+        emulated_speedups.push(em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?);
+        native_nodes_per_sec.push(nat["traversal_nodes_per_sec"].clone());
+        emulated_nodes_per_sec.push(em["traversal_nodes_per_sec"].clone());
         native_runs.push(native_s);
         emu_runs.push(rep.wall_s);
     }
-    layout.speed = Speed::new(accesses.expect("repeat is at least 1"), native_runs, emu_runs);
-    let sp_n = median(layout.native_speedups.clone());
-    let sp_e = median(layout.emulated_speedups.clone());
+    let sp_n = median(native_speedups.clone());
+    let sp_e = median(emulated_speedups.clone());
+    let layout = Layout {
+        args: largs,
+        native_speedups,
+        emulated_speedups,
+        native_nodes_per_sec,
+        emulated_nodes_per_sec,
+        speed: Speed::new(accesses.expect("repeat is at least 1"), native_runs, emu_runs),
+    };
 
     let runs: Vec<&Speed> = workloads.iter().map(|w| &w.speed).chain([&layout.speed]).collect();
     let acc: u64 = runs.iter().map(|r| r.accesses).sum();
@@ -327,4 +334,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         report.accesses_per_sec / 1e6, report.slowdown, report.repeat
     );
     emit(&s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_runs_must_agree_and_speed_comes_from_the_fastest() {
+        let mut seen = None;
+        same_every_run(&mut seen, (1u64, 2u64), "w").unwrap();
+        same_every_run(&mut seen, (1, 2), "w").unwrap();
+        let e = same_every_run(&mut seen, (1, 3), "w").unwrap_err().to_string();
+        assert!(e.contains("w: the emulated runs differ"), "{e}");
+        let s = Speed::new(100, vec![2.0, 1.0, 3.0], vec![8.0, 5.0, 4.0]);
+        assert_eq!((s.native_s, s.emulated_s), (1.0, 4.0));
+        assert_eq!((s.accesses_per_sec, s.slowdown), (25.0, 4.0));
+    }
 }
