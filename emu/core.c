@@ -250,17 +250,42 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
   }
 }
 
-/* llc_set: the line's LLC set if the caller has it already, else NULL. */
+/* The key of a line in L2 and the LLC: the line of its emulated physical frame (physical=1,
+ * the default), or the virtual line (physical=0, as cachegrind indexes).
+ *
+ * Real L2s and LLCs are indexed by physical address, and the kernel hands out frames whose
+ * colours (frame number modulo the pages an L2 way spans) are as good as random: on this
+ * 2-vCPU VM, (pfn - vpn) mod 32 was uniform over the 96,001 pages of a malloc heap of 8.2 M
+ * small blocks (read from /proc/self/pagemap; 52.6 % of neighbouring pages had neighbouring
+ * frames, runs far too short to keep a stride's colours). Indexed by virtual address instead,
+ * data 48 KiB apart uses 8 of the 32 colours of a 2 MiB 16-way L2. So a frame is a fixed
+ * permutation of its page's number (two multiply-xorshift rounds, a bijection on 36 bits:
+ * distinct pages of a 48-bit address space get distinct frames), of the 2 MiB page's number
+ * with huge=1 (a transparent huge page is contiguous, so its 512 pages keep their colours).
+ * L1 stays virtually indexed: its sets span one page (64 sets of 64 B), where the two agree. */
+static inline uint64_t frame_line(uint64_t line) {
+  if (!emu_cfg.physical) return line;
+  unsigned shift = emu_cfg.huge ? 21 - EMU_LINE_SHIFT : EMU_PAGE_SHIFT - EMU_LINE_SHIFT;
+  const uint64_t m = (1ull << 36) - 1;
+  uint64_t x = ((line >> shift) * 0x9E3779B97F4A7C15ull) & m;
+  x ^= x >> 17;
+  x = (x * 0xBF58476D1CE4E5B9ull) & m;
+  return x << shift | (line & ((1ull << shift) - 1));
+}
+
+/* pline: the line's key in L2 and the LLC (frame_line); llc_set: its LLC set if the caller has
+ * it already, else NULL. */
 static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line,
-                                                             uint64_t *llc_set, const pte_t *pte,
-                                                             int store, uintptr_t addr) {
+                                                             uint64_t pline, uint64_t *llc_set,
+                                                             const pte_t *pte, int store,
+                                                             uintptr_t addr) {
   if (touch(&t->l1, line)) {
     t->clock_ps += t->cost_l1;
     return;
   }
   t->l1_misses++;
   if (t->l2.sets) {
-    if (touch(&t->l2, line)) {
+    if (touch(&t->l2, pline)) {
       t->l2_hits++;
       t->clock_ps += t->cost_l2;
       return;
@@ -268,7 +293,7 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     t->l2_misses++;
   }
   int stream = stream_continues(t, line);
-  if (emu_llc.sets && touch_in(&emu_llc, llc_set ? llc_set : lru_set(&emu_llc, line), line)) {
+  if (emu_llc.sets && touch_in(&emu_llc, llc_set ? llc_set : lru_set(&emu_llc, pline), pline)) {
     t->llc_hits++;
     t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
     return;
@@ -355,12 +380,12 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
  * never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
-  uint64_t line = addr >> EMU_LINE_SHIFT, *llc_set = NULL;
+  uint64_t line = addr >> EMU_LINE_SHIFT, pline = frame_line(line), *llc_set = NULL;
   if (line != t->last_line) {
     if (store) __builtin_prefetch((const void *)addr, 1);
     else __builtin_prefetch((const void *)addr, 0);
     if (emu_llc.sets) {
-      llc_set = lru_set(&emu_llc, line);
+      llc_set = lru_set(&emu_llc, pline);
       __builtin_prefetch(llc_set, 1);
       __builtin_prefetch(llc_set + 8, 1);
       __builtin_prefetch(llc_set + emu_llc.ways - 1, 1);
@@ -377,7 +402,7 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   }
   count_access(pte);
   t->last_line = line;
-  cache_path(t, line, llc_set, pte, store, addr);
+  cache_path(t, line, pline, llc_set, pte, store, addr);
 }
 
 /* Not the same line, or a shootdown or page bits pending: a line that is the most recent of

@@ -2,7 +2,8 @@
 //!   1. cache misses vs cachegrind: three workloads (emu/workloads/access.c: sequential scan,
 //!      random reads, pointer chase) run plain under `valgrind --tool=cachegrind` and
 //!      instrumented on the emulator, both with the same D1 and LL geometry (no L2, as
-//!      cachegrind has none); D1 and LL data misses are compared;
+//!      cachegrind has none) and indexing (by virtual address: physical=0); D1 and LL data
+//!      misses are compared;
 //!   2. layout speed-up vs reality: `strata bench locality` (malloc lists vs next_to lists),
 //!      natively and, built with `strata emu cargo`, on the `host` preset (this machine,
 //!      calibrated first; one tier);
@@ -179,8 +180,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ("random reads", vec!["random", mib, n]),
         ("pointer chase", vec!["chase", mib, n]),
     ];
+    // cachegrind's geometry, and its indexing: by virtual address
     let mut cg_machine = Machine::preset("m2t", true)?;
-    for (k, v) in [("l1", D1.0), ("l1_ways", D1.1), ("l2", 0), ("llc", LL.0), ("llc_ways", LL.1)] {
+    let cg = [("l1", D1.0), ("l1_ways", D1.1), ("l2", 0), ("llc", LL.0), ("llc_ways", LL.1), ("physical", 0)];
+    for (k, v) in cg {
         cg_machine.set(k, &v.to_string());
     }
     let mut workloads = Vec::new();
