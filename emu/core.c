@@ -259,7 +259,7 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
  * small blocks (read from /proc/self/pagemap; 52.6 % of neighbouring pages had neighbouring
  * frames, runs far too short to keep a stride's colours). Indexed by virtual address instead,
  * data 48 KiB apart uses 8 of the 32 colours of a 2 MiB 16-way L2. So a frame is a fixed
- * permutation of its page's number (two multiply-xorshift rounds, a bijection on 36 bits:
+ * permutation of its page's number (a multiply and an xorshift, a bijection on 36 bits:
  * distinct pages of a 48-bit address space get distinct frames), of the 2 MiB page's number
  * with huge=1 (a transparent huge page is contiguous, so its 512 pages keep their colours).
  * L1 stays virtually indexed: its sets span one page (64 sets of 64 B), where the two agree. */
@@ -269,7 +269,6 @@ static inline uint64_t frame_line(uint64_t line) {
   const uint64_t m = (1ull << 36) - 1;
   uint64_t x = ((line >> shift) * 0x9E3779B97F4A7C15ull) & m;
   x ^= x >> 17;
-  x = (x * 0xBF58476D1CE4E5B9ull) & m;
   return x << shift | (line & ((1ull << shift) - 1));
 }
 
@@ -380,10 +379,11 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
  * never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
-  uint64_t line = addr >> EMU_LINE_SHIFT, pline = frame_line(line), *llc_set = NULL;
+  uint64_t line = addr >> EMU_LINE_SHIFT, pline = 0, *llc_set = NULL;
   if (line != t->last_line) {
     if (store) __builtin_prefetch((const void *)addr, 1);
     else __builtin_prefetch((const void *)addr, 0);
+    pline = frame_line(line);
     if (emu_llc.sets) {
       llc_set = lru_set(&emu_llc, pline);
       __builtin_prefetch(llc_set, 1);
