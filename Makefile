@@ -93,6 +93,9 @@ $(BUILD)/emu/access: emu/workloads/access.c
 	$(EMU_CC) -O2 $< -o $@
 $(BUILD)/emu/access-emu: emu/workloads/access.c $(BUILD)/libstrata_emu.so
 	$(EMU_CC) -O2 $(EMU_HOOKS) $< $(EMU_LINK) -o $@
+# the kernel's frame colours, the evidence for physical indexing (native, as root)
+$(BUILD)/emu/frames: emu/workloads/frames.c
+	$(EMU_CC) -O2 -Wall -Wextra $< -o $@
 # the unit tests link the emulator's objects directly, so they can reach its internals too
 EMU_OBJS = $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
 $(BUILD)/emu/test_emu: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_OBJS) $(BUILD)/libstrata.a
@@ -104,7 +107,7 @@ $(BUILD)/emu/test_emu_scalar: emu/tests/test_emu.c libstrata/tests/check.h $(EMU
 EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4 \
                     stlb=2048 stlb_ways=16 capacity=1G,1G
 
-emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu rust
+emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu $(BUILD)/emu/frames rust
 	target/release/strata emu cargo build --release -p strata-cli
 
 emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar

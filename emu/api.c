@@ -33,7 +33,6 @@ emu_config_t emu_cfg = {
     .l1_ns = 1, .l2_ns = 5, .llc_ns = 25,
     .dtlb = 64, .dtlb_ways = 4, .dtlb2m = 32, .stlb = 2048, .stlb_ways = 16,
     .stlb_ns = 3, .walk_ns = 30,
-    .physical = 1,
     .mlp = 10,
     .epoch_ns = 10000,
     .fault_ns = 1000,

@@ -250,19 +250,20 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
   }
 }
 
-/* The key of a line in L2 and the LLC: the line of its emulated physical frame (physical=1,
- * the default), or the virtual line (physical=0, as cachegrind indexes).
+/* The key of a line in L2 and the LLC: the virtual line (physical=0, the default, as
+ * cachegrind indexes), or the line of an emulated physical frame (physical=1).
  *
- * Real L2s and LLCs are indexed by physical address, and the kernel hands out frames whose
- * colours (frame number modulo the pages an L2 way spans) are as good as random: on this
- * 2-vCPU VM, (pfn - vpn) mod 32 was uniform over the 96,001 pages of a malloc heap of 8.2 M
- * small blocks (read from /proc/self/pagemap; 52.6 % of neighbouring pages had neighbouring
- * frames, runs far too short to keep a stride's colours). Indexed by virtual address instead,
- * data 48 KiB apart uses 8 of the 32 colours of a 2 MiB 16-way L2. So a frame is a fixed
- * permutation of its page's number (a multiply and an xorshift, a bijection on 36 bits:
- * distinct pages of a 48-bit address space get distinct frames), of the 2 MiB page's number
- * with huge=1 (a transparent huge page is contiguous, so its 512 pages keep their colours).
- * L1 stays virtually indexed: its sets span one page (64 sets of 64 B), where the two agree. */
+ * Real L2s and LLCs index by physical address, and which frames the kernel hands out varies
+ * from run to run. build/emu/frames reads them from /proc/self/pagemap for a malloc heap like
+ * the layout benchmark's: along its malloc lists' 12-page stride the pages' colours (frame
+ * modulo the 32 pages a 2 MiB 16-way L2 way spans) were as concentrated as by virtual page
+ * (4.00: 8 of 32 colours) in some runs, the kernel giving consecutive frames, and spread almost
+ * evenly (1.08, where 1 is even) in others. physical=1 models the spread case: a frame is a
+ * fixed permutation of its page's number (a multiply and an xorshift, a bijection on 36 bits:
+ * distinct pages of a 48-bit address space get distinct frames, and runs stay deterministic),
+ * of the 2 MiB page's number with huge=1 (a transparent huge page is contiguous, so its 512
+ * pages keep their colours). The L1 stays virtually indexed: its sets span one page (64 sets of
+ * 64 B), where the two agree. */
 static inline uint64_t frame_line(uint64_t line) {
   if (!emu_cfg.physical) return line;
   unsigned shift = emu_cfg.huge ? 21 - EMU_LINE_SHIFT : EMU_PAGE_SHIFT - EMU_LINE_SHIFT;

@@ -4,12 +4,13 @@
  *   api.c      configuration, the machine interface for libstrata, observation, report
  *
  * The model, per access (addr, size, load or store):
- *   L1D -> L2 -> LLC (set-associative, true LRU, write-allocate; L1/L2 per thread, LLC shared;
- *   L2 and LLC indexed by an emulated physical address, core.c frame_line); a miss everywhere goes to the emulated node of its page, costing that
- *   tier's latency; tier costs grow with the tier's utilisation per epoch (queueing). An L2
- *   miss that continues a sequential stream (the next line of one of the last 16 misses: what
- *   a hardware prefetcher follows) costs latency / mlp instead, and from memory at least a
- *   line's transfer time at the tier's bandwidth.
+ *   L1D -> L2 -> LLC (set-associative, true LRU, write-allocate, virtually indexed or, with
+ *   physical=1, L2 and LLC by emulated frame; L1/L2 per thread, LLC shared); a miss everywhere
+ *   goes to the emulated node of its page, costing that tier's latency; tier costs grow with
+ *   the tier's utilisation per epoch (queueing). An L2 miss that continues a sequential stream
+ *   (the next line of one of the last 16 misses: what a hardware prefetcher follows) costs
+ *   latency / mlp instead, and from memory at least a line's transfer time at the tier's
+ *   bandwidth.
  *   Address translation: DTLB -> STLB -> page walk (fixed cost); a page's first touch is a page
  *   fault that places it (first touch or a bind policy).
  * Everything is charged to the thread's simulated clock, in picoseconds. */
@@ -43,8 +44,8 @@ typedef struct emu_config_s {
   uint64_t dtlb, dtlb_ways, dtlb2m, stlb, stlb_ways;
   double stlb_ns, walk_ns;          /* DTLB miss that hits the STLB; a full page walk */
   int huge;                         /* 1: translate with 2 MiB pages */
-  int physical;                     /* 1: L2 and LLC indexed by emulated frame (core.c), 0: by
-                                     * virtual address, as cachegrind */
+  int physical;                     /* 0: caches indexed by virtual address, as cachegrind; 1:
+                                     * L2 and LLC by emulated frame (core.c frame_line) */
   double mlp;                       /* misses in flight for a sequential stream */
   double epoch_ns;                  /* bandwidth accounting period */
   double fault_ns;                  /* first-touch page fault */

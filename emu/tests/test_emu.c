@@ -119,8 +119,8 @@ static void test_caches(void) {
 }
 
 /* Twelve lines 32 KiB apart, the span of one way of the 256 KiB 8-way L2, read twice. By
- * virtual address (physical=0) they share one L2 set, twelve lines for eight ways, and LRU
- * misses every one again; by frame (physical=1, the default) their pages take colours of their
+ * virtual address (physical=0, the default) they share one L2 set, twelve lines for eight
+ * ways, and LRU misses every one again; by frame (physical=1) their pages take colours of their
  * own and the second round hits. (They share an L1 set either way, so every read reaches the
  * L2.) Mapped at a fixed address so that the frames, a fixed function of the page numbers, are
  * the same every run. */
@@ -130,6 +130,7 @@ static void test_frames(void) {
   char *p = mmap(at, N * WAY, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   CHECK(p == at);
   if (p != at) return;
+  int saved = emu_cfg.physical;
   for (int physical = 1; physical >= 0; physical--) {
     emu_cfg.physical = physical;
     int64_t misses = 0;
@@ -141,7 +142,7 @@ static void test_frames(void) {
     if (physical) CHECK(misses <= 1); /* (+1: the test's own stack) */
     else CHECK(misses >= N);
   }
-  emu_cfg.physical = 1;
+  emu_cfg.physical = saved;
   munmap(p, N * WAY);
 }
 

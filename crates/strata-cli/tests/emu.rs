@@ -85,6 +85,29 @@ fn run_reports_tiers_faults_and_migrations() {
 }
 
 #[test]
+fn frames_measures_page_colours_along_a_stride() {
+    let frames = root().join("build/emu/frames");
+    let o = Command::new(&frames).arg("200000").output().expect("make emu builds build/emu/frames");
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    if !o.status.success() {
+        assert!(err.contains("run as root"), "{err}"); // frame numbers read 0 without root
+        return;
+    }
+    let figure = |after: &str| -> f64 {
+        let rest = out.split(after).nth(1).unwrap_or_else(|| panic!("no '{after}' in {out}"));
+        rest.trim_start().split(|c: char| c == ',' || c.is_whitespace()).next().unwrap().parse().unwrap()
+    };
+    // by virtual page a 12-page stride takes 8 of 32 colours: exactly 4 times an even spread;
+    // by frame whatever the kernel gave, between an even spread and a single colour
+    assert_eq!(figure("by virtual page"), 4.0, "{out}");
+    let by_frame = figure("by frame");
+    assert!((1.0..=32.0).contains(&by_frame), "{out}");
+    let bad = Command::new(&frames).args(["100", "0"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("usage"));
+}
+
+#[test]
 fn run_refuses_programs_not_built_for_the_emulator() {
     let o = strata().args(["emu", "run", "--quiet", "--"]).arg(root().join("build/emu/access"))
         .args(["seq", "1", "1"]).output().unwrap();
