@@ -44,6 +44,8 @@ int lru_geometry_ok(uint64_t entries, uint64_t ways) {
   return entries == 0 || (ways && entries % ways == 0);
 }
 
+enum { NARROW_SLOTS = 16, NARROW_MIN_SETS = 2048 };
+
 int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
   c->sets = 0;
   if (!lru_geometry_ok(entries, ways)) return -1;
@@ -51,26 +53,69 @@ int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
   c->ways = ways;
   c->sets = entries / ways;
   c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : UINT64_MAX;
-  c->keys = raw_alloc(entries * sizeof(uint64_t));
-  return c->keys ? 0 : -1;
+  c->shift = (unsigned)__builtin_ctzll(c->sets);
+  c->narrow = c->sets >= NARROW_MIN_SETS && ways <= NARROW_SLOTS;
+  c->tags = raw_alloc(c->narrow ? c->sets * NARROW_SLOTS * sizeof(uint32_t) : entries * sizeof(uint64_t));
+  return c->tags ? 0 : -1;
 }
 
-/* Sets are indexed by the key's low bits (as cachegrind does), modulo the set count when it
- * is not a power of two (a 60 MiB 12-way LLC has 81920 sets). A division, but only on an L2
- * miss; hashing instead would scatter consecutive lines over the tag array and cost the
+void lru_free(lru_t *c) {
+  if (c->sets) munmap(c->tags, c->narrow ? c->sets * NARROW_SLOTS * sizeof(uint32_t) : c->sets * c->ways * sizeof(uint64_t));
+  c->sets = 0;
+}
+
+/* Where a key lives: its set and the tag it has there. Sets are indexed by the key's low bits
+ * (as cachegrind does), modulo the set count when it is not a power of two (a 60 MiB 12-way
+ * LLC has 81920 sets): a division, but only on an L2 miss, and one for both the set and a
+ * narrow tag. Hashing instead would scatter consecutive lines over the tag array and cost the
  * emulator a host cache miss per lookup. */
-static inline uint64_t *lru_set(lru_t *c, uint64_t key) {
-  uint64_t s = likely(c->mask != UINT64_MAX) ? key & c->mask : key % c->sets;
-  return c->keys + s * c->ways;
+typedef struct {
+  void *set;
+  uint64_t tag;
+} lru_where_t;
+
+static inline lru_where_t lru_where(const lru_t *c, uint64_t key) {
+  uint64_t q, s;
+  if (likely(c->mask != UINT64_MAX)) {
+    q = key >> c->shift;
+    s = key & c->mask;
+  } else {
+    q = key / c->sets;
+    s = key - q * c->sets;
+  }
+  if (c->narrow) return (lru_where_t){(uint32_t *)c->tags + s * NARROW_SLOTS, q + 1};
+  return (lru_where_t){(uint64_t *)c->tags + s * c->ways, key + 1};
+}
+
+static inline uint64_t slot(const void *set, int narrow, uint64_t i) {
+  return narrow ? ((const uint32_t *)set)[i] : ((const uint64_t *)set)[i];
+}
+static inline void set_slot(void *set, int narrow, uint64_t i, uint64_t tag) {
+  if (narrow) ((uint32_t *)set)[i] = (uint32_t)tag;
+  else ((uint64_t *)set)[i] = tag;
+}
+
+uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way) {
+  const void *p = c->narrow ? (const void *)((const uint32_t *)c->tags + set * NARROW_SLOTS)
+                            : (const void *)((const uint64_t *)c->tags + set * c->ways);
+  uint64_t tag = slot(p, c->narrow, way);
+  return !tag || !c->narrow ? tag : (tag - 1) * c->sets + set + 1;
+}
+
+/* Is the key the most recent of its set? (then touching it changes nothing) */
+static inline int is_mru(const lru_t *c, uint64_t key) {
+  lru_where_t w = lru_where(c, key);
+  return slot(w.set, c->narrow, 0) == w.tag;
 }
 
 #ifdef __AVX512F__
-/* touch_in for up to 16 ways, two 8-lane vectors (built where the machine has AVX-512: see
- * the Makefile's EMU_SIMD): compare every way at once, then write ways 0..p (p = the key's
- * way, or the last way on a miss) as the key followed by the old ways 0..p-1. The same
- * result as the loop below, in about 33 instructions where the loop takes 7 for each way it
- * passes (objdump of access_slow: 84-112 for a miss in 12-16 ways). */
-static inline __attribute__((always_inline)) int touch_vec(uint64_t *set, unsigned ways, uint64_t k) {
+/* touch_at for up to 16 ways with AVX-512 (built where the machine has it: see the Makefile's
+ * EMU_SIMD): compare every way at once, then write ways 0..p (p = the key's way, or the last
+ * way on a miss) as the tag followed by the old ways 0..p-1. The same result as the loop in
+ * touch_at, in about 33 instructions for two 8-lane vectors of wide tags where the loop takes 7
+ * for each way it passes (objdump of access_slow: 84-112 for a miss in 12-16 ways); a narrow
+ * set is one 16-lane vector. */
+static inline __attribute__((always_inline)) int touch_wide(uint64_t *set, unsigned ways, uint64_t k) {
   unsigned all = (1u << ways) - 1;
   __mmask8 m0 = (__mmask8)all, m1 = (__mmask8)(all >> 8);
   __m512i kv = _mm512_set1_epi64((long long)k);
@@ -78,51 +123,63 @@ static inline __attribute__((always_inline)) int touch_vec(uint64_t *set, unsign
   unsigned hit = _mm512_mask_cmpeq_epi64_mask(m0, a, kv) |
                  (unsigned)_mm512_mask_cmpeq_epi64_mask(m1, b, kv) << 8;
   unsigned p = hit ? (unsigned)__builtin_ctz(hit) : ways - 1, upd = (2u << p) - 1;
-  /* each way takes the one before it: way 0 the key, way 8 the old way 7 */
+  /* each way takes the one before it: way 0 the tag, way 8 the old way 7 */
   _mm512_mask_storeu_epi64(set, (__mmask8)upd, _mm512_alignr_epi64(a, kv, 7));
   if (upd >> 8) _mm512_mask_storeu_epi64(set + 8, (__mmask8)(upd >> 8), _mm512_alignr_epi64(b, a, 7));
   return hit != 0;
 }
+
+static inline __attribute__((always_inline)) int touch_narrow(uint32_t *set, unsigned ways, uint32_t k) {
+  __mmask16 m = (__mmask16)((1u << ways) - 1);
+  __m512i kv = _mm512_set1_epi32((int)k);
+  __m512i a = _mm512_maskz_loadu_epi32(m, set);
+  unsigned hit = _mm512_mask_cmpeq_epi32_mask(m, a, kv);
+  unsigned p = hit ? (unsigned)__builtin_ctz(hit) : ways - 1;
+  _mm512_mask_storeu_epi32(set, (__mmask16)((2u << p) - 1), _mm512_alignr_epi32(a, kv, 15));
+  return hit != 0;
+}
 #endif
 
-/* Touch key in its set: a hit moves it to way 0; a miss inserts it at way 0 and drops the least
- * recent. One pass: shift ways down until the key (or the end) is reached. */
-static inline __attribute__((always_inline)) int touch_in(lru_t *c, uint64_t *set, uint64_t key) {
-  uint64_t k = key + 1;
-  if (set[0] == k) return 1;
+/* Touch a key where it lives: a hit moves it to way 0; a miss inserts it at way 0 and drops
+ * the least recent. One pass: shift ways down until the tag (or the end) is reached. */
+static inline __attribute__((always_inline)) int touch_at(const lru_t *c, lru_where_t w) {
+  int narrow = c->narrow;
+  if (slot(w.set, narrow, 0) == w.tag) return 1;
 #ifdef __AVX512F__
-  if (c->ways <= 16) return touch_vec(set, (unsigned)c->ways, k);
+  if (narrow) return touch_narrow(w.set, (unsigned)c->ways, (uint32_t)w.tag);
+  if (c->ways <= 16) return touch_wide(w.set, (unsigned)c->ways, w.tag);
 #endif
-  uint64_t prev = set[0];
-  set[0] = k;
+  uint64_t prev = slot(w.set, narrow, 0);
+  set_slot(w.set, narrow, 0, w.tag);
   for (uint64_t i = 1; i < c->ways; i++) {
-    uint64_t cur = set[i];
-    set[i] = prev;
-    if (cur == k) return 1;
+    uint64_t cur = slot(w.set, narrow, i);
+    set_slot(w.set, narrow, i, prev);
+    if (cur == w.tag) return 1;
     prev = cur;
   }
   return 0;
 }
 
-static inline __attribute__((always_inline)) int touch(lru_t *c, uint64_t key) {
-  return touch_in(c, lru_set(c, key), key);
+static inline __attribute__((always_inline)) int touch(const lru_t *c, uint64_t key) {
+  return touch_at(c, lru_where(c, key));
 }
 
 int lru_touch(lru_t *c, uint64_t key) { return touch(c, key); }
 
 void lru_remove(lru_t *c, uint64_t key) {
   if (!c->sets) return;
-  uint64_t *set = lru_set(c, key), k = key + 1;
+  lru_where_t w = lru_where(c, key);
   for (uint64_t i = 0; i < c->ways; i++) {
-    if (set[i] != k) continue;
-    for (; i + 1 < c->ways; i++) set[i] = set[i + 1];
-    set[c->ways - 1] = 0;
+    if (slot(w.set, c->narrow, i) != w.tag) continue;
+    for (; i + 1 < c->ways; i++) set_slot(w.set, c->narrow, i, slot(w.set, c->narrow, i + 1));
+    set_slot(w.set, c->narrow, c->ways - 1, 0);
     return;
   }
 }
 
 void lru_flush(lru_t *c) {
-  for (uint64_t i = 0; c->sets && i < c->sets * c->ways; i++) c->keys[i] = 0;
+  uint64_t slots = c->narrow ? NARROW_SLOTS : c->ways;
+  for (uint64_t i = 0; c->sets && i < c->sets * slots; i++) set_slot(c->tags, c->narrow, i, 0);
 }
 
 /* ---- threads ---------------------------------------------------------------------------- */
@@ -273,10 +330,10 @@ static inline uint64_t frame_line(uint64_t line) {
   return x << shift | (line & ((1ull << shift) - 1));
 }
 
-/* pline: the line's key in L2 and the LLC (frame_line); llc_set: its LLC set if the caller has
- * it already, else NULL. */
+/* pline: the line's key in L2 and the LLC (frame_line); llc: where it lives in the LLC, if
+ * there is one (access_slow has it already, for its prefetch). */
 static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, uint64_t line,
-                                                             uint64_t pline, uint64_t *llc_set,
+                                                             uint64_t pline, lru_where_t llc,
                                                              const pte_t *pte, int store,
                                                              uintptr_t addr) {
   if (touch(&t->l1, line)) {
@@ -293,7 +350,7 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     t->l2_misses++;
   }
   int stream = stream_continues(t, line);
-  if (emu_llc.sets && touch_in(&emu_llc, llc_set ? llc_set : lru_set(&emu_llc, pline), pline)) {
+  if (emu_llc.sets && touch_at(&emu_llc, llc)) {
     t->llc_hits++;
     t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
     return;
@@ -352,12 +409,12 @@ static inline __attribute__((always_inline)) void count_l1_hit(emu_thread_t *t, 
  * such hits: a program's accesses alternate between its stack and a few heap lines. */
 static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintptr_t addr,
                                                         uint64_t line, int store) {
-  if (lru_set(&t->l1, line)[0] != line + 1) return 0;
+  if (!is_mru(&t->l1, line)) return 0;
   uint64_t vpn = addr >> EMU_PAGE_SHIFT, key = t->last_tlb_key;
   pte_t *pte = t->last_pte;
   if (vpn != t->last_vpn) {
     key = emu_cfg.huge ? addr >> 21 : vpn;
-    if (key != t->last_tlb_key && lru_set(&t->dtlb, key)[0] != key + 1) return 0;
+    if (key != t->last_tlb_key && !is_mru(&t->dtlb, key)) return 0;
     if (t->clock_ps >= emu_next_tick_ps || !(pte = emu_pte(vpn))) return 0; /* translate ticks */
   }
   uint8_t want = (uint8_t)(STRATA_EMU_PRESENT | access_bits(store));
@@ -375,21 +432,24 @@ static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintpt
  * first prefetches, so that the host fetches them while the model works: the program's
  * own line (it loads or stores it as soon as the hook returns; without this its cache misses
  * no longer overlap with anything) and the LLC set this line maps to (a tag array too large to
- * stay in the host's caches next to the program's data): every host line of a set of up to 16
- * ways, which spans three when it does not start on a line (15 ways are 120 bytes). Prefetches
- * never fault. */
+ * stay in the host's caches next to the program's data): one host line for a narrow set, or
+ * every host line of a wide one, which spans three when it does not start on a line (15 wide
+ * ways are 120 bytes). Prefetches never fault. */
 static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t addr, int store) {
   if (atomic_load_explicit(&emu_tlb_gen, memory_order_relaxed) != t->gen) emu_tlb_sync(t);
-  uint64_t line = addr >> EMU_LINE_SHIFT, pline = 0, *llc_set = NULL;
+  uint64_t line = addr >> EMU_LINE_SHIFT, pline = 0;
+  lru_where_t llc = {NULL, 0};
   if (line != t->last_line) {
     if (store) __builtin_prefetch((const void *)addr, 1);
     else __builtin_prefetch((const void *)addr, 0);
     pline = frame_line(line);
     if (emu_llc.sets) {
-      llc_set = lru_set(&emu_llc, pline);
-      __builtin_prefetch(llc_set, 1);
-      __builtin_prefetch(llc_set + 8, 1);
-      __builtin_prefetch(llc_set + emu_llc.ways - 1, 1);
+      llc = lru_where(&emu_llc, pline);
+      __builtin_prefetch(llc.set, 1);
+      if (!emu_llc.narrow) { /* a wide set of up to 16 ways spans up to three host lines */
+        __builtin_prefetch((uint64_t *)llc.set + 8, 1);
+        __builtin_prefetch((uint64_t *)llc.set + emu_llc.ways - 1, 1);
+      }
     }
   }
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
@@ -403,7 +463,7 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   }
   count_access(pte);
   t->last_line = line;
-  cache_path(t, line, pline, llc_set, pte, store, addr);
+  cache_path(t, line, pline, llc, pte, store, addr);
 }
 
 /* Not the same line, or a shootdown or page bits pending: a line that is the most recent of

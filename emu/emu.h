@@ -64,11 +64,17 @@ typedef struct emu_config_s {
 extern emu_config_t emu_cfg;
 
 /* A set-associative structure of keys with true LRU (way 0 = most recent). Caches key by line
- * number, TLBs by page number. */
+ * number, TLBs by page number. A slot holds a tag, 0 when empty. Wide: the tag is key + 1, in
+ * 64 bits, ways slots a set. Narrow (lru_init chooses it for 2048 sets or more and at most 16
+ * ways): the tag is key / sets + 1 in 32 bits (below 2^31 for the lines of a 48-bit address
+ * space), 16 slots a set, so a set is one 64-byte host line; an LLC of 105 MiB then keeps
+ * 7 MiB of tags instead of 14. */
 typedef struct lru_s {
-  uint64_t *keys;      /* sets * ways; a key is stored + 1 so 0 means empty */
+  void *tags;
   uint64_t sets, ways;
   uint64_t mask;       /* sets - 1 when sets is a power of two, else UINT64_MAX */
+  unsigned shift;      /* log2(sets) when sets is a power of two */
+  int narrow;
 } lru_t;
 
 /* Per-thread counters, in the order the report prints them: X(name) are stored, D(name, expr)
@@ -120,9 +126,11 @@ emu_thread_t *emu_thread(void);     /* the caller's state, created on first use 
 void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
 int lru_geometry_ok(uint64_t entries, uint64_t ways); /* 0 entries (absent) or whole sets */
 int lru_init(lru_t *c, uint64_t entries, uint64_t ways); /* -1: bad geometry or no memory */
+void lru_free(lru_t *c);
 int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
 void lru_flush(lru_t *c);
 void lru_remove(lru_t *c, uint64_t key);
+uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 if empty */
 int emu_nthreads(void);
 emu_thread_t *emu_thread_at(int i);
 

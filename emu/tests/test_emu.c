@@ -48,38 +48,45 @@ static void test_lru(void) {
 }
 
 /* Every geometry from 1 to 20 ways (core.c compares up to 16 at once with AVX-512, more one by
- * one) against a plain move-to-front list: the same hit or miss, and the same ways in the
- * same order, after every touch and removal of a pseudo-random key stream. */
+ * one), wide (3 sets) and, up to 16 ways, narrow (2048 sets, 32-bit tags of key / sets, here
+ * with quotients near 2^30), against a plain move-to-front list: the same hit or miss, and the
+ * same keys in the same order, after every touch and removal of a pseudo-random key stream over
+ * three of the sets. */
 static void test_lru_ways(void) {
-  enum { SETS = 3, MAXW = 20 };
-  for (uint64_t ways = 1; ways <= MAXW; ways++) {
-    lru_t l;
-    CHECK(lru_init(&l, SETS * ways, ways) == 0);
-    uint64_t ref[SETS][MAXW] = {{0}}; /* key + 1, most recent first, 0 empty */
-    uint64_t x = ways, bad = 0;
-    for (int n = 0; n < 20000 && !bad; n++) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      /* a few more keys than fit: some hits, some misses */
-      uint64_t key = (x >> 33) % (SETS * (ways + 3)), *r = ref[key % SETS];
-      uint64_t w = 0;
-      while (w < ways && r[w] != key + 1) w++;
-      if ((x >> 20) % 8 == 0) { /* remove */
-        lru_remove(&l, key);
-        if (w < ways) {
-          for (; w + 1 < ways; w++) r[w] = r[w + 1];
-          r[ways - 1] = 0;
+  enum { MAXW = 20 };
+  for (int narrow = 0; narrow <= 1; narrow++)
+    for (uint64_t ways = 1; ways <= (narrow ? 16 : MAXW); ways++) {
+      uint64_t sets = narrow ? 2048 : 3, base = narrow ? (1ull << 30) - 8 : 0;
+      lru_t l;
+      CHECK(lru_init(&l, sets * ways, ways) == 0);
+      CHECK(l.narrow == narrow);
+      uint64_t ref[3][MAXW] = {{0}}; /* key + 1, most recent first, 0 empty */
+      uint64_t x = ways, bad = 0;
+      for (int n = 0; n < 20000 && !bad; n++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        /* a few more keys than fit: some hits, some misses */
+        uint64_t set = (x >> 33) % 3, key = set + sets * (base + (x >> 40) % (ways + 3)), *r = ref[set];
+        uint64_t w = 0;
+        while (w < ways && r[w] != key + 1) w++;
+        if ((x >> 20) % 8 == 0) { /* remove */
+          lru_remove(&l, key);
+          if (w < ways) {
+            for (; w + 1 < ways; w++) r[w] = r[w + 1];
+            r[ways - 1] = 0;
+          }
+        } else {
+          bad += (uint64_t)lru_touch(&l, key) != (w < ways);
+          for (w = w < ways ? w : ways - 1; w > 0; w--) r[w] = r[w - 1];
+          r[0] = key + 1;
         }
-      } else {
-        bad += (uint64_t)lru_touch(&l, key) != (w < ways);
-        for (w = w < ways ? w : ways - 1; w > 0; w--) r[w] = r[w - 1];
-        r[0] = key + 1;
+        for (uint64_t s3 = 0; s3 < 3; s3++)
+          for (w = 0; w < ways; w++) bad += lru_key_at(&l, s3, w) != ref[s3][w];
       }
-      for (uint64_t s = 0; s < SETS; s++)
-        bad += memcmp(l.keys + s * ways, ref[s], ways * sizeof(uint64_t)) != 0;
+      CHECK(bad == 0);
+      lru_flush(&l);
+      CHECK(lru_key_at(&l, 0, 0) == 0 && lru_key_at(&l, 2, ways - 1) == 0);
+      lru_free(&l);
     }
-    CHECK(bad == 0);
-    munmap(l.keys, SETS * ways * sizeof(uint64_t));
-  }
 }
 
 /* The stream detector follows 16 streams: 16 interleaved ones (ascending, then descending)
