@@ -316,15 +316,16 @@ static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int sto
  * modulo the 32 pages a 2 MiB 16-way L2 way spans) were as concentrated as by virtual page
  * (4.00: 8 of 32 colours) in some runs, the kernel giving consecutive frames, and spread almost
  * evenly (1.08, where 1 is even) in others. physical=1 models the spread case: a frame is a
- * fixed permutation of its page's number (a multiply and an xorshift, a bijection on 36 bits:
- * distinct pages of a 48-bit address space get distinct frames, and runs stay deterministic),
+ * fixed permutation of its page's number (a multiply and an xorshift, a bijection on the 36
+ * bits of a 48-bit address space's pages: distinct pages get distinct frames, the frame's lines
+ * stay below 2^42 as narrow LRU sets need, and runs stay deterministic),
  * of the 2 MiB page's number with huge=1 (a transparent huge page is contiguous, so its 512
  * pages keep their colours). The L1 stays virtually indexed: its sets span one page (64 sets of
  * 64 B), where the two agree. */
 static inline uint64_t frame_line(uint64_t line) {
   if (!emu_cfg.physical) return line;
   unsigned shift = emu_cfg.huge ? 21 - EMU_LINE_SHIFT : EMU_PAGE_SHIFT - EMU_LINE_SHIFT;
-  const uint64_t m = (1ull << 36) - 1;
+  const uint64_t m = (1ull << (48 - EMU_LINE_SHIFT - shift)) - 1; /* frames of 2^48 bytes */
   uint64_t x = ((line >> shift) * 0x9E3779B97F4A7C15ull) & m;
   x ^= x >> 17;
   return x << shift | (line & ((1ull << shift) - 1));

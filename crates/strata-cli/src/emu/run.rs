@@ -212,7 +212,7 @@ pub fn table(r: &Value, m: &Machine) -> String {
         s += &format!("{:<6} {:>14} {:>14} {:>10}\n", name, g(h), g(mi), pct(g(mi), g(h) + g(mi)));
     }
     s += &format!(
-        "LLC misses continuing a sequential stream: {}\nDTLB misses {}, STLB misses (page walks) {}\n",
+        "L2 misses continuing a sequential stream (prefetched): {}\nDTLB misses {}, STLB misses (page walks) {}\n",
         g("stream_misses"),
         g("dtlb_misses"),
         g("stlb_misses")
