@@ -75,15 +75,13 @@ typedef struct {
 } lru_where_t;
 
 static inline lru_where_t lru_where(const lru_t *c, uint64_t key) {
-  uint64_t q, s;
-  if (likely(c->mask != UINT64_MAX)) {
-    q = key >> c->shift;
-    s = key & c->mask;
-  } else {
-    q = key / c->sets;
-    s = key - q * c->sets;
+  int pow2 = likely(c->mask != UINT64_MAX);
+  if (c->narrow) { /* the quotient only here: a wide set (the L1's, on the hot path) needs none */
+    uint64_t q = pow2 ? key >> c->shift : key / c->sets;
+    uint64_t s = pow2 ? key & c->mask : key - q * c->sets;
+    return (lru_where_t){(uint32_t *)c->tags + s * NARROW_SLOTS, q + 1};
   }
-  if (c->narrow) return (lru_where_t){(uint32_t *)c->tags + s * NARROW_SLOTS, q + 1};
+  uint64_t s = pow2 ? key & c->mask : key % c->sets;
   return (lru_where_t){(uint64_t *)c->tags + s * c->ways, key + 1};
 }
 
