@@ -22,17 +22,17 @@
 
 #define FRAME(e) ((e) & ((1ull << 55) - 1))
 
-/* the colours' concentration along the stride: colour(i) for page i of n */
-static double concentration(size_t n, unsigned stride, unsigned colours,
-                            uint64_t (*colour)(const uint64_t *, uintptr_t, size_t),
-                            const uint64_t *map, uintptr_t first) {
+/* the colours' concentration along the stride, colouring page i of n by its frame or by its
+ * virtual page number (first + i) */
+static double concentration(const uint64_t *map, uintptr_t first, size_t n, unsigned stride,
+                            unsigned colours, int by_frame) {
   double sum = 0;
   size_t *count = calloc(colours, sizeof *count);
   for (unsigned r = 0; r < stride; r++) {
     size_t total = 0;
     for (unsigned c = 0; c < colours; c++) count[c] = 0;
     for (size_t i = r; i < n; i += stride) {
-      count[colour(map, first, i) % colours]++;
+      count[(by_frame ? FRAME(map[i]) : first + i) % colours]++;
       total++;
     }
     double sq = 0;
@@ -41,15 +41,6 @@ static double concentration(size_t n, unsigned stride, unsigned colours,
   }
   free(count);
   return sum / stride;
-}
-
-static uint64_t by_frame(const uint64_t *map, uintptr_t first, size_t i) {
-  (void)first;
-  return FRAME(map[i]);
-}
-static uint64_t by_page(const uint64_t *map, uintptr_t first, size_t i) {
-  (void)map;
-  return first + i;
 }
 
 int main(int argc, char **argv) {
@@ -99,7 +90,7 @@ int main(int argc, char **argv) {
   printf("heap pages %zu, next page on the next frame %.1f %%\n", pages, 100.0 * (double)next / (double)pages);
   printf("colour concentration along a %u-page stride, %u colours (1 = even over all): "
          "by frame %.2f, by virtual page %.2f\n",
-         stride, colours, concentration(pages, stride, colours, by_frame, map, first),
-         concentration(pages, stride, colours, by_page, map, first));
+         stride, colours, concentration(map, first, pages, stride, colours, 1),
+         concentration(map, first, pages, stride, colours, 0));
   return 0;
 }

@@ -97,8 +97,9 @@ fn frames_measures_page_colours_along_a_stride() {
         let rest = out.split(after).nth(1).unwrap_or_else(|| panic!("no '{after}' in {out}"));
         rest.trim_start().split(|c: char| c == ',' || c.is_whitespace()).next().unwrap().parse().unwrap()
     };
-    // by virtual page a 12-page stride takes 8 of 32 colours: exactly 4 times an even spread;
-    // by frame whatever the kernel gave, between an even spread and a single colour
+    // by virtual page a 12-page stride takes 8 of 32 colours: exactly 4 times an even spread
+    // (the check that can fail); by frame whatever the kernel gave, so only that a figure was
+    // printed and lies in the range every concentration does
     assert_eq!(figure("by virtual page"), 4.0, "{out}");
     let by_frame = figure("by frame");
     assert!((1.0..=32.0).contains(&by_frame), "{out}");
