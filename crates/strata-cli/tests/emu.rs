@@ -178,6 +178,19 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     assert_eq!(esp[0], esp[1], "a single-threaded emulated run repeats exactly");
 }
 
+/// A quiet YCSB run on the emulator has no progress thread: only main, the load's worker and
+/// the run's (a progress thread's wall-clock wake-ups would be modelled too, and made the
+/// emulated counts vary with the host's load: next_to's page walks once rose above std's).
+#[test]
+fn quiet_ycsb_runs_only_its_workers_on_the_emulator() {
+    let emu = root().join("target/emu").join(std::env::consts::ARCH.to_string() + "-unknown-linux-gnu/release/strata");
+    let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--"]).arg(emu).args([
+        "bench", "ycsb", "--quiet", "--json", "--rounds", "1", "--threads", "1", "--variants", "std",
+        "--workloads", "c", "--records", "1000", "--ops", "1000",
+    ]));
+    assert_eq!(v["threads"], 3, "{}", v["per_thread"]);
+}
+
 #[test]
 fn ycsb_on_the_emulated_machine() {
     // M2T's configurations, small: 4,000 records (about 5 MiB), chains of about 60 nodes

@@ -105,13 +105,13 @@ fn summarize(ops: u64, secs: f64, errors: u64, hists: BTreeMap<Op, Histogram<u64
 }
 
 /// Progress lines every second on stderr (never on stdout, where the data goes).
-fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64, quiet: bool) {
+fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64) {
     let start = Instant::now();
     let mut last = 0;
     while stop.load(Ordering::Relaxed) == 0 {
         std::thread::sleep(Duration::from_millis(100));
         let t = start.elapsed().as_secs();
-        if t > last && !quiet {
+        if t > last {
             last = t;
             let d = done.load(Ordering::Relaxed);
             eprintln!("[ycsb] {what}: {:.0} % ({d} of {total}), {:.0} ops/s", 100.0 * d as f64 / total.max(1) as f64, d as f64 / start.elapsed().as_secs_f64());
@@ -120,14 +120,18 @@ fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64, qui
 }
 
 /// Run `work(t, done)` on `threads` workers (t = 0..threads) beside a progress line that
-/// follows `done` up to `total`. Returns each worker's result and the phase's length: the
+/// follows `done` up to `total` (no progress thread at all when quiet: on the emulated machine
+/// its wall-clock wake-ups would be modelled as accesses of another thread, and runs would no
+/// longer repeat exactly). Returns each worker's result and the phase's length: the
 /// longest worker, each timed on its own clock.
 fn on_workers<R: Send>(what: &str, total: u64, threads: u64, quiet: bool, work: impl Fn(u64, &AtomicU64) -> R + Sync) -> (Vec<R>, u64) {
     let done = AtomicU64::new(0);
     let stop = AtomicU64::new(0);
     let (mut out, mut longest) = (Vec::new(), 0);
     std::thread::scope(|s| {
-        s.spawn(|| progress_loop(what, &done, total, &stop, quiet));
+        if !quiet {
+            s.spawn(|| progress_loop(what, &done, total, &stop));
+        }
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (done, work) = (&done, &work);
