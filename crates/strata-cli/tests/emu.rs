@@ -172,6 +172,12 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     assert_eq!((nat.len(), emu.len()), (2, 2));
     assert_eq!(l["emulated_s"].as_f64().unwrap(), emu[0].min(emu[1]));
     assert_eq!(l["native_s"].as_f64().unwrap(), nat[0].min(nat[1]));
+    // the native speed is the ceiling the emulator's is measured against
+    let (acc, aps) = (l["accesses"].as_f64().unwrap(), l["native_accesses_per_sec"].as_f64().unwrap());
+    assert_eq!(aps, acc / nat[0].min(nat[1]));
+    let (top, top_native) = (v["accesses_per_sec"].as_f64().unwrap(), v["native_accesses_per_sec"].as_f64().unwrap());
+    let slowdown = v["slowdown"].as_f64().unwrap();
+    assert!((top * slowdown / top_native - 1.0).abs() < 1e-9, "{top} x {slowdown} vs {top_native}");
     let sp = runs("native_speedups");
     assert_eq!(n, (sp[0] + sp[1]) / 2.0);
     let esp = runs("emulated_speedups");
