@@ -137,7 +137,9 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	@set -e; for f in plain asan tsan; do \
 	  echo "== C tests ($$f)"; \
 	  $(BUILD)/$$f/test_api; \
+	  STRATA_COLOUR=1 $(BUILD)/$$f/test_api; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
+	  STRATA_COLOUR=1 $(BUILD)/$$f/test_stress 3 60000; \
 	done
 	@echo "== transparent mode (LD_PRELOAD=$(BUILD)/libstrata.so)"
 	@set -e; so=$(CURDIR)/$(BUILD)/libstrata.so; \

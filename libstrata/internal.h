@@ -83,7 +83,8 @@ typedef struct page_s {
   struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
   union {
     struct { block_t *free; uint32_t used, bump, capacity, npages; _Atomic(uint16_t *) tags; } span;
-    struct { uint64_t alloc[4], start[4]; uint32_t used; } mixed; /* bits per granule */
+    /* bits per granule; colour: the granule searches start from (mixed.c first_granule) */
+    struct { uint64_t alloc[4], start[4]; uint16_t used, colour; } mixed;
     struct { uint32_t npages, ctx, record; } run;
   } u;
 } page_t;
@@ -120,8 +121,9 @@ struct strata_arena_s {
   int shared;               /* index 0..NSHARED-1, or -1 for a user arena */
   int tier;                 /* bound tier, -1 unbound */
   int pool;                 /* segment pool = tier + 1 */
-  pthread_mutex_t lock;     /* guards mixed, cur, runs, larges */
+  pthread_mutex_t lock;     /* guards mixed, cur, runs, larges, colour */
   page_t *mixed, *cur;      /* mixed pages; the one new objects go to */
+  uint32_t colour;          /* STRATA_COLOUR: mixed pages taken so far (mixed.c) */
   page_t *runs;
   large_t *larges;
   central_t *central;       /* shared arenas only: [NCLASSES] */
@@ -130,7 +132,7 @@ struct strata_arena_s {
 /* ---- options.c ------------------------------------------------------------------------ */
 
 typedef enum option_id_e {
-  OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES,
+  OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT_COLOUR,
   OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
   OPT_RULES, OPT_REPORT, OPT__COUNT
 } option_id_t;

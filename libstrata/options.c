@@ -36,6 +36,11 @@ static const option_t options[OPT__COUNT] = {
                    "sysfs root for topology discovery (tests use fixture trees)", NULL},
     [OPT_TCACHE_BYTES] = {"tcache_bytes", T_SIZE, 64 * 1024, "bytes",
                           "most bytes a thread caches per size class", NULL},
+    [OPT_COLOUR] = {"colour", T_BOOL, 0, "bool",
+                    "mixed pages: a new page's first object starts at a line offset taken from "
+                    "the page's address, so objects laid out alike on every page spread over "
+                    "the cache's sets (costs some packing)",
+                    NULL},
     [OPT_CONTEXTS] = {"contexts", T_BOOL, 1, "bool",
                       "preload: track allocation contexts (call stack + size class)", NULL},
     [OPT_CONTEXT_DEPTH] = {"context_depth", T_SIZE, 16, "frames",

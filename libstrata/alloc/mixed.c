@@ -8,8 +8,10 @@
  *
  * Placement of a new object in arena a, near object p (or not):
  *   1. on p's page, first fit from p onwards, then from the page start;
- *   2. on the arena's current page;
- *   3. on a new page, the one right after p's (or the current one) when it is free.
+ *   2. on the arena's current page, first fit from its colour, then from its start;
+ *   3. on a new page, the one right after p's (or the current one) when it is free, at the
+ *      page's colour: 0, or with STRATA_COLOUR=1 a line offset that changes from one of the
+ *      arena's new pages to the next (first_granule).
  * A page whose objects are all freed goes back to its segment unless it is the current page.
  * Callers hold the arena's lock. */
 #include "internal.h"
@@ -49,7 +51,7 @@ static size_t fit_from(const page_t *pg, size_t n, size_t step, size_t from) {
 static void *take(page_t *pg, size_t g, size_t n) {
   set_bits(pg->u.mixed.alloc, g, n, true);
   pg->u.mixed.start[g / 64] |= 1ull << (g % 64);
-  pg->u.mixed.used += (uint32_t)n;
+  pg->u.mixed.used = (uint16_t)(pg->u.mixed.used + n);
   return (char *)_strata_page_addr(pg) + g * GRANULE;
 }
 
@@ -72,6 +74,24 @@ static void list_remove(arena_t *a, page_t *pg) {
   if (pg->next) pg->next->prev = pg->prev;
 }
 
+/* The colour of the arena's next new page, for a first object of n granules: the granule where
+ * that object goes and where later searches of the page that are not near an object start. By
+ * default 0, so an arena that repeats one pattern of objects (a bucket's node, key and value)
+ * repeats it at the same offsets on every page, and since a cache set's low index bits are a
+ * line's offset within its page, those objects share a fraction of the sets (the README's YCSB
+ * section measures this). Page colouring gives the arena's k-th new page line 37k mod 64
+ * instead (37 is odd: every offset once in 64 pages), as far as the object still fits; the
+ * space before it is used by searches that wrap around, so pages pack less tightly. The count
+ * is the arena's, not the page address's: an arena's pages can sit at a regular stride that
+ * would give them all one colour. */
+static size_t first_granule(arena_t *a, size_t n, size_t step) {
+  if (!_strata_option(OPT_COLOUR)) return 0;
+  const size_t line = 64 / GRANULE, room = PAGE_GRANULES - n;
+  size_t g = a->colour++ * 37u % 64 * line;
+  if (g > room) g %= room + 1;
+  return g / step * step;
+}
+
 void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *near) {
   size_t n = size ? (size + GRANULE - 1) / GRANULE : 1;
   size_t step = align > GRANULE ? align / GRANULE : 1;
@@ -86,7 +106,7 @@ void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *nea
     }
   }
   if (near) STAT_ADD(next_to_other_page, 1);
-  if (a->cur && a->cur != np && (p = try_page(a->cur, n, step, 0))) return p;
+  if (a->cur && a->cur != np && (p = try_page(a->cur, n, step, a->cur->u.mixed.colour))) return p;
   const page_t *after = np ? np : a->cur;
   if (!after && near) after = _strata_page_of(near); /* e.g. near a span of a's pool */
   page_t *pg = _strata_pages_alloc(a->pool, 1, 1, after);
@@ -96,7 +116,8 @@ void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *nea
   list_push(a, pg);
   a->cur = pg;
   STAT_ADD(mixed_pages, 1);
-  return take(pg, 0, n);
+  pg->u.mixed.colour = (uint16_t)first_granule(a, n, step);
+  return take(pg, pg->u.mixed.colour, n);
 }
 
 /* Granule index of p on its page, or SIZE_MAX if p is not the start of a live object. */
@@ -127,7 +148,7 @@ void _strata_mixed_free(page_t *pg, void *p) {
   size_t n = object_granules(pg, g);
   set_bits(pg->u.mixed.alloc, g, n, false);
   pg->u.mixed.start[g / 64] &= ~(1ull << (g % 64));
-  pg->u.mixed.used -= (uint32_t)n;
+  pg->u.mixed.used = (uint16_t)(pg->u.mixed.used - n);
   if (pg->u.mixed.used == 0 && pg != pg->arena->cur) {
     list_remove(pg->arena, pg);
     _strata_pages_free(pg, 1, false);

@@ -185,6 +185,35 @@ static void test_next_to(void) {
         strata_arena_destroy(a2) == 0);
 }
 
+/* Page colouring (make c-test runs this file with and without STRATA_COLOUR=1): a chain of 1000-B
+ * objects, four to a page; the first object of each new page starts the page by default, and
+ * at line offsets that vary from page to page with colouring. Every object keeps its bytes. */
+static void test_colour(void) {
+  const char *env = getenv("STRATA_COLOUR");
+  int on = env && !strcmp(env, "1");
+  strata_arena_t *ar = strata_arena_new(strata_default());
+  unsigned char *objs[400];
+  objs[0] = strata_malloc(1000, strata_in_arena(ar));
+  fill(objs[0], 1000, 0);
+  uintptr_t page = (uintptr_t)objs[0] >> 12;
+  int firsts = 0, distinct = 0, seen[64] = {0}, n = 1;
+  for (; n < 400 && firsts < 32; n++) {
+    objs[n] = strata_malloc(1000, strata_next_to(objs[n - 1]));
+    CHECK(objs[n] && strata_arena_of(objs[n]) == ar);
+    fill(objs[n], 1000, (unsigned)n);
+    if (((uintptr_t)objs[n] >> 12) == page) continue;
+    page = (uintptr_t)objs[n] >> 12; /* a new page: where does its first object start? */
+    int line = (int)(((uintptr_t)objs[n] & 4095) >> 6);
+    if (!on) CHECK(line == 0);
+    distinct += !seen[line]++;
+    firsts++;
+  }
+  CHECK(firsts == 32);
+  if (on) CHECK(distinct >= 16);
+  for (int i = 0; i < n; i++) CHECK(same(objs[i], 1000, (unsigned)i));
+  strata_arena_destroy(ar);
+}
+
 static void test_arenas(void) {
   CHECK(strata_arena_destroy(strata_arena_of(strata_malloc(16, strata_default()))) != 0);
   CHECK(strata_arena_destroy(NULL) != 0);
@@ -261,6 +290,7 @@ int main(void) {
   test_realloc();
   test_calloc();
   test_next_to();
+  test_colour();
   test_arenas();
   test_free_foreign_and_invalid();
   test_where();
