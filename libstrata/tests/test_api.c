@@ -212,6 +212,16 @@ static void test_colour(void) {
   if (on) CHECK(distinct >= 16);
   for (int i = 0; i < n; i++) CHECK(same(objs[i], 1000, (unsigned)i));
   strata_arena_destroy(ar);
+  /* a fresh arena's second page has colour 37 lines; an object placed in the arena (not next
+   * to one) searches the current page from its colour, so it follows that page's first object
+   * instead of taking the page's start */
+  strata_arena_t *b = strata_arena_new(strata_default());
+  char *first = strata_malloc(1000, strata_in_arena(b)), *o = first;
+  while (((uintptr_t)o >> 12) == ((uintptr_t)first >> 12)) o = strata_malloc(1000, strata_in_arena(b));
+  CHECK((((uintptr_t)o & 4095) >> 6) == (on ? 37u : 0u));
+  char *after = strata_malloc(16, strata_in_arena(b));
+  CHECK(after == o + 1008); /* 1000 bytes are 63 granules of 16 */
+  strata_arena_destroy(b);
 }
 
 static void test_arenas(void) {
