@@ -2,7 +2,7 @@
 #   make            build the C library (static + shared) and the Rust workspace
 #   make run        set up, build, and run Strata's main job on its built-in default:
 #                   the topology, the NextTo locality benchmark, a small YCSB matrix
-#   make test       set up, build, and run every test (what CI runs)
+#   make test       set up, build, and run every test (what CI runs), formatting and lints first
 #   make c-test     the C tests only (plain, AddressSanitizer, ThreadSanitizer)
 #   make vm-test    end-to-end tests in a two-tier QEMU guest (strata vm run)
 #   make emu        the emulated machine: libstrata_emu.so, its workloads, and the strata
@@ -15,12 +15,12 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata
 BUILD   := build
-LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/machine/*.c libstrata/context/*.c)
+LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
 SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
-HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h
-C_TESTS := test_api test_stress
+HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h
+C_TESTS := test_api test_stress test_invariants
 
-.PHONY: all lib rust run test c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
+.PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
 all: lib rust
 
@@ -38,7 +38,9 @@ $(BUILD)/$(1)/%: libstrata/tests/%.c $(BUILD)/$(1)/lib.a libstrata/tests/check.h
 	$(CC) $(CFLAGS) $(2) $$< $(BUILD)/$(1)/lib.a -o $$@
 endef
 $(eval $(call flavour,plain,-DSTRATA_DEBUG=1))
-$(eval $(call flavour,asan,-DSTRATA_DEBUG=2 -fsanitize=address,undefined -fno-omit-frame-pointer))
+# (in a variable: a comma inside $(call ...) would split the argument, and UBSan with it)
+ASAN_FLAGS := -DSTRATA_DEBUG=2 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+$(eval $(call flavour,asan,$(ASAN_FLAGS)))
 $(eval $(call flavour,tsan,-DSTRATA_DEBUG=1 -fsanitize=thread))
 $(eval $(call flavour,rel,))
 
@@ -57,8 +59,8 @@ bootstrap:
 run: bootstrap all emu
 	target/release/strata topo
 	target/release/strata bench locality
-	target/release/strata bench ycsb --records 100000 --ops 400000 --out build/ycsb
-	target/release/strata bench ycsb --emulate m2t --workloads c --out build/ycsb-emulated
+	target/release/strata bench ycsb --records 100000 --ops 400000 --out build/results
+	target/release/strata bench ycsb --emulate m2t --workloads c --out build/results
 
 # the emulated machine (emu/): never instrumented itself, and compiled so that the compiler
 # emits no calls to the memcpy/memmove/memset it interposes
@@ -67,25 +69,30 @@ EMU_SRC    := $(wildcard emu/*.c)
 EMU_CFLAGS := -O2 -g -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread \
               -fno-builtin -fno-tree-loop-distribute-patterns -fvisibility=hidden -Iinclude -Ilibstrata -Iemu
 EMU_HOOKS  := -fsanitize-coverage=inline-8bit-counters,trace-loads,trace-stores
-# the per-access path (core.c) compares a cache set's ways with AVX-512 where the building
-# machine has it (EMU_SIMD=1; 0 builds the plain loops, which give the same results)
+# the per-access path (core.c, and lru.c's inlines) compares a cache set's ways with AVX-512
+# where the building machine has it (EMU_SIMD=1; 0 builds the plain loops, same results)
 EMU_SIMD   ?= $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo 1 || echo 0)
+EMU_SIMD_OBJS := $(BUILD)/emu/core.o $(BUILD)/emu/lru.o
 ifeq ($(EMU_SIMD),1)
-$(BUILD)/emu/core.o: EMU_CFLAGS += -mavx512f
+$(EMU_SIMD_OBJS): EMU_CFLAGS += -mavx512f
 endif
-# the value core.o was built with, rewritten only when it changes, so a change rebuilds core.o
+# the value those were built with, rewritten only when it changes, so a change rebuilds them
 FORCE:
 $(BUILD)/emu/simd: FORCE
 	@mkdir -p $(dir $@)
 	@echo $(EMU_SIMD) | cmp -s - $@ || echo $(EMU_SIMD) > $@
-$(BUILD)/emu/core.o: $(BUILD)/emu/simd
-EMU_DEPS    = emu/emu.h include/strata_emu.h libstrata/machine/machine.h
+$(EMU_SIMD_OBJS): $(BUILD)/emu/simd
+EMU_DEPS    = emu/emu.h emu/lru.h include/strata_emu.h libstrata/machine/machine.h libstrata/util/json.h
 EMU_COMPILE = mkdir -p $(dir $@) && $(CC) $(EMU_CFLAGS) -c $< -o $@
 $(BUILD)/emu/%.o: emu/%.c $(EMU_DEPS)
 	$(EMU_COMPILE)
-$(BUILD)/emu/scalar/core.o: emu/core.c $(EMU_DEPS)
+# the JSON writer is libstrata's, compiled again the emulator's way (hidden, no builtins)
+$(BUILD)/emu/json.o: libstrata/util/json.c $(EMU_DEPS)
 	$(EMU_COMPILE)
-$(BUILD)/libstrata_emu.so: $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
+$(BUILD)/emu/scalar/%.o: emu/%.c $(EMU_DEPS)
+	$(EMU_COMPILE)
+EMU_OBJS = $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC)) $(BUILD)/emu/json.o
+$(BUILD)/libstrata_emu.so: $(EMU_OBJS)
 	$(CC) -shared -pthread $^ -o $@
 # a program for the emulator: what `strata emu cc` does
 EMU_LINK = -L$(CURDIR)/$(BUILD) -lstrata_emu -Wl,-rpath,$(CURDIR)/$(BUILD)
@@ -97,11 +104,10 @@ $(BUILD)/emu/access-emu: emu/workloads/access.c $(BUILD)/libstrata_emu.so
 $(BUILD)/emu/frames: emu/workloads/frames.c
 	$(EMU_CC) -O2 -Wall -Wextra $< -o $@
 # the unit tests link the emulator's objects directly, so they can reach its internals too
-EMU_OBJS = $(patsubst emu/%.c,$(BUILD)/emu/%.o,$(EMU_SRC))
 $(BUILD)/emu/test_emu: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_OBJS) $(BUILD)/libstrata.a
 	$(EMU_CC) -O1 -g -Iinclude -Ilibstrata -Ilibstrata/tests $(EMU_HOOKS) $< $(EMU_OBJS) $(BUILD)/libstrata.a -pthread -o $@
 # and again with the plain loops of core.c, so both ways are tested on a machine with AVX-512
-EMU_SCALAR_OBJS = $(subst $(BUILD)/emu/core.o,$(BUILD)/emu/scalar/core.o,$(EMU_OBJS))
+EMU_SCALAR_OBJS = $(filter-out $(EMU_SIMD_OBJS),$(EMU_OBJS)) $(BUILD)/emu/scalar/core.o $(BUILD)/emu/scalar/lru.o
 $(BUILD)/emu/test_emu_scalar: emu/tests/test_emu.c libstrata/tests/check.h $(EMU_SCALAR_OBJS) $(BUILD)/libstrata.a
 	$(EMU_CC) -O1 -g -Iinclude -Ilibstrata -Ilibstrata/tests $(EMU_HOOKS) $< $(EMU_SCALAR_OBJS) $(BUILD)/libstrata.a -pthread -o $@
 EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4 \
@@ -110,7 +116,8 @@ EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=6
 emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu $(BUILD)/emu/frames rust
 	target/release/strata emu cargo build --release -p strata-cli
 
-emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar
+emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar $(EMU_OBJS)
+	scripts/check-layers.sh $(EMU_OBJS)
 	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu
 	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu_scalar
 
@@ -133,11 +140,14 @@ $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -rdynamic $< -o $@ -ldl
 
+# (test_invariants forks while the fork handler holds every central lock: more than the 64
+# TSan's deadlock detector can track, hence detect_deadlocks=0 for it)
 c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	@set -e; for f in plain asan tsan; do \
 	  echo "== C tests ($$f)"; \
 	  $(BUILD)/$$f/test_api; \
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_api; \
+	  TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_invariants; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_stress 3 60000; \
 	done
@@ -173,7 +183,12 @@ ycsb-binding-test: rust
 	bench/ycsb-binding/run.sh strata a 5000 20000 2
 	bench/ycsb-binding/run.sh redis a 5000 20000 2
 
-test: bootstrap lib c-test emu-unit rust-test ycsb-binding-test vm-test
+# formatting (rustfmt.toml) and every clippy warning, as errors
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
+
+test: bootstrap lint lib c-test emu-unit rust-test ycsb-binding-test vm-test
 	@echo "all tests passed"
 
 clean:

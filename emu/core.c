@@ -6,18 +6,15 @@
  * The fast path (same cache line as the thread's previous access) is a handful of
  * instructions; the emulator is compiled without instrumentation and never calls the
  * functions it interposes (-fno-builtin, and no loops the compiler turns into memcpy). */
-#include "emu.h"
+#include "lru.h"
 
 #include <pthread.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
-#include <sys/mman.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 _Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
-_Atomic uint64_t emu_tlb_gen;
 lru_t emu_llc;
 double emu_queue_factor[EMU_MAX_NODES] = {1, 1, 1, 1, 1, 1, 1, 1};
 #ifdef __AVX512F__
@@ -33,159 +30,29 @@ static double thread_util[EMU_MAX_THREADS][EMU_MAX_NODES];
 static uint64_t stream_ps[EMU_MAX_NODES], rd_ps[EMU_MAX_NODES], wr_ps[EMU_MAX_NODES];
 static uint64_t stlb_ps, walk_ps, epoch_ps;
 
-static void *raw_alloc(size_t n) {
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
-/* ---- set-associative LRU arrays (caches and TLBs) ------------------------------------- */
-
-int lru_geometry_ok(uint64_t entries, uint64_t ways) {
-  return entries == 0 || (ways && entries % ways == 0);
-}
-
-enum { NARROW_SLOTS = 16, NARROW_MIN_SETS = 2048 };
-
-int lru_init(lru_t *c, uint64_t entries, uint64_t ways) {
-  c->sets = 0;
-  if (!lru_geometry_ok(entries, ways)) return -1;
-  if (!entries) return 0; /* level absent */
-  c->ways = ways;
-  c->sets = entries / ways;
-  c->mask = (c->sets & (c->sets - 1)) == 0 ? c->sets - 1 : UINT64_MAX;
-  c->shift = (unsigned)__builtin_ctzll(c->sets);
-  c->narrow = c->sets >= NARROW_MIN_SETS && ways <= NARROW_SLOTS;
-  c->tags = raw_alloc(c->narrow ? c->sets * NARROW_SLOTS * sizeof(uint32_t) : entries * sizeof(uint64_t));
-  return c->tags ? 0 : -1;
-}
-
-void lru_free(lru_t *c) {
-  if (c->sets) munmap(c->tags, c->narrow ? c->sets * NARROW_SLOTS * sizeof(uint32_t) : c->sets * c->ways * sizeof(uint64_t));
-  c->sets = 0;
-}
-
-/* Where a key lives: its set and the tag it has there. Sets are indexed by the key's low bits
- * (as cachegrind does), modulo the set count when it is not a power of two (a 60 MiB 12-way
- * LLC has 81920 sets): a division, but only on an L2 miss, and one for both the set and a
- * narrow tag. Hashing instead would scatter consecutive lines over the tag array and cost the
- * emulator a host cache miss per lookup. */
-typedef struct {
-  void *set;
-  uint64_t tag;
-} lru_where_t;
-
-static inline lru_where_t lru_where(const lru_t *c, uint64_t key) {
-  int pow2 = likely(c->mask != UINT64_MAX);
-  if (c->narrow) { /* the quotient only here: a wide set (the L1's, on the hot path) needs none */
-    uint64_t q = pow2 ? key >> c->shift : key / c->sets;
-    uint64_t s = pow2 ? key & c->mask : key - q * c->sets;
-    return (lru_where_t){(uint32_t *)c->tags + s * NARROW_SLOTS, q + 1};
-  }
-  uint64_t s = pow2 ? key & c->mask : key % c->sets;
-  return (lru_where_t){(uint64_t *)c->tags + s * c->ways, key + 1};
-}
-
-static inline uint64_t slot(const void *set, int narrow, uint64_t i) {
-  return narrow ? ((const uint32_t *)set)[i] : ((const uint64_t *)set)[i];
-}
-static inline void set_slot(void *set, int narrow, uint64_t i, uint64_t tag) {
-  if (narrow) ((uint32_t *)set)[i] = (uint32_t)tag;
-  else ((uint64_t *)set)[i] = tag;
-}
-
-uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way) {
-  const void *p = c->narrow ? (const void *)((const uint32_t *)c->tags + set * NARROW_SLOTS)
-                            : (const void *)((const uint64_t *)c->tags + set * c->ways);
-  uint64_t tag = slot(p, c->narrow, way);
-  return !tag || !c->narrow ? tag : (tag - 1) * c->sets + set + 1;
-}
-
-/* Is the key the most recent of its set? (then touching it changes nothing) */
-static inline int is_mru(const lru_t *c, uint64_t key) {
-  lru_where_t w = lru_where(c, key);
-  return slot(w.set, c->narrow, 0) == w.tag;
-}
-
-#ifdef __AVX512F__
-/* touch_at for up to 16 ways with AVX-512 (built where the machine has it: see the Makefile's
- * EMU_SIMD): compare every way at once, then write ways 0..p (p = the key's way, or the last
- * way on a miss) as the tag followed by the old ways 0..p-1. The same result as the loop in
- * touch_at, in about 33 instructions for two 8-lane vectors of wide tags where the loop takes 7
- * for each way it passes (objdump of access_slow: 84-112 for a miss in 12-16 ways); a narrow
- * set is one 16-lane vector. */
-static inline __attribute__((always_inline)) int touch_wide(uint64_t *set, unsigned ways, uint64_t k) {
-  unsigned all = (1u << ways) - 1;
-  __mmask8 m0 = (__mmask8)all, m1 = (__mmask8)(all >> 8);
-  __m512i kv = _mm512_set1_epi64((long long)k);
-  __m512i a = _mm512_maskz_loadu_epi64(m0, set), b = _mm512_maskz_loadu_epi64(m1, set + 8);
-  unsigned hit = _mm512_mask_cmpeq_epi64_mask(m0, a, kv) |
-                 (unsigned)_mm512_mask_cmpeq_epi64_mask(m1, b, kv) << 8;
-  unsigned p = hit ? (unsigned)__builtin_ctz(hit) : ways - 1, upd = (2u << p) - 1;
-  /* each way takes the one before it: way 0 the tag, way 8 the old way 7 */
-  _mm512_mask_storeu_epi64(set, (__mmask8)upd, _mm512_alignr_epi64(a, kv, 7));
-  if (upd >> 8) _mm512_mask_storeu_epi64(set + 8, (__mmask8)(upd >> 8), _mm512_alignr_epi64(b, a, 7));
-  return hit != 0;
-}
-
-static inline __attribute__((always_inline)) int touch_narrow(uint32_t *set, unsigned ways, uint32_t k) {
-  __mmask16 m = (__mmask16)((1u << ways) - 1);
-  __m512i kv = _mm512_set1_epi32((int)k);
-  __m512i a = _mm512_maskz_loadu_epi32(m, set);
-  unsigned hit = _mm512_mask_cmpeq_epi32_mask(m, a, kv);
-  unsigned p = hit ? (unsigned)__builtin_ctz(hit) : ways - 1;
-  _mm512_mask_storeu_epi32(set, (__mmask16)((2u << p) - 1), _mm512_alignr_epi32(a, kv, 15));
-  return hit != 0;
-}
-#endif
-
-/* Touch a key where it lives: a hit moves it to way 0; a miss inserts it at way 0 and drops
- * the least recent. One pass: shift ways down until the tag (or the end) is reached. */
-static inline __attribute__((always_inline)) int touch_at(const lru_t *c, lru_where_t w) {
-  int narrow = c->narrow;
-  if (slot(w.set, narrow, 0) == w.tag) return 1;
-#ifdef __AVX512F__
-  if (narrow) return touch_narrow(w.set, (unsigned)c->ways, (uint32_t)w.tag);
-  if (c->ways <= 16) return touch_wide(w.set, (unsigned)c->ways, w.tag);
-#endif
-  uint64_t prev = slot(w.set, narrow, 0);
-  set_slot(w.set, narrow, 0, w.tag);
-  for (uint64_t i = 1; i < c->ways; i++) {
-    uint64_t cur = slot(w.set, narrow, i);
-    set_slot(w.set, narrow, i, prev);
-    if (cur == w.tag) return 1;
-    prev = cur;
-  }
-  return 0;
-}
-
-static inline __attribute__((always_inline)) int touch(const lru_t *c, uint64_t key) {
-  return touch_at(c, lru_where(c, key));
-}
-
-int lru_touch(lru_t *c, uint64_t key) { return touch(c, key); }
-
-void lru_remove(lru_t *c, uint64_t key) {
-  if (!c->sets) return;
-  lru_where_t w = lru_where(c, key);
-  for (uint64_t i = 0; i < c->ways; i++) {
-    if (slot(w.set, c->narrow, i) != w.tag) continue;
-    for (; i + 1 < c->ways; i++) set_slot(w.set, c->narrow, i, slot(w.set, c->narrow, i + 1));
-    set_slot(w.set, c->narrow, c->ways - 1, 0);
-    return;
-  }
-}
-
-void lru_flush(lru_t *c) {
-  uint64_t slots = c->narrow ? NARROW_SLOTS : c->ways;
-  for (uint64_t i = 0; c->sets && i < c->sets * slots; i++) set_slot(c->tags, c->narrow, i, 0);
-}
-
 /* ---- threads ---------------------------------------------------------------------------- */
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* core.c may be built for AVX-512 (the Makefile's EMU_SIMD, on by default where the building
+ * machine has it): on a CPU without it, say so when the library loads, before any access,
+ * instead of dying later on an illegal instruction. */
+__attribute__((constructor)) static void check_cpu(void) {
+  __builtin_cpu_init();
+  if (emu_avx512 && !__builtin_cpu_supports("avx512f"))
+    emu_die("strata-emu: this libstrata_emu.so was built for AVX-512, which this CPU lacks: "
+            "rebuild it with make emu EMU_SIMD=0");
+}
+
+/* The machine of this process, from $STRATA_EMU: a bad setting stops the program, since it
+ * would otherwise run on a machine it did not ask for. */
 static void global_init(void) {
-  emu_config_load();
+  char err[600], msg[700];
+  if (emu_config_parse(&emu_cfg, getenv("STRATA_EMU"), err, sizeof err)) {
+    snprintf(msg, sizeof msg, "strata-emu: %s in STRATA_EMU", err);
+    emu_die(msg);
+  }
+  emu_memory_init();
   /* the geometry was checked with the configuration: what fails here is memory */
   if (lru_init(&emu_llc, emu_cfg.llc_bytes >> EMU_LINE_SHIFT, emu_cfg.llc_ways))
     emu_die("strata-emu: no memory for the LLC's tags");
@@ -209,7 +76,7 @@ emu_thread_t *emu_thread(void) {
     atomic_fetch_sub(&nthreads, 1);
     return NULL; /* accesses of threads beyond the limit are not modelled */
   }
-  emu_thread_t *t = raw_alloc(sizeof *t);
+  emu_thread_t *t = emu_map(sizeof *t);
   const emu_config_t *c = &emu_cfg;
   if (!t || lru_init(&t->l1, c->l1_bytes >> EMU_LINE_SHIFT, c->l1_ways) ||
       lru_init(&t->l2, c->l2_bytes >> EMU_LINE_SHIFT, c->l2_ways) ||
@@ -229,6 +96,10 @@ emu_thread_t *emu_thread(void) {
   t->sample_countdown = emu_cfg.sample_period;
   threads[idx] = t;
   emu_self = t;
+  if (idx == 0) {
+    emu_engine_load(t);
+    emu_kernel_tick(t); /* nothing is due yet: this schedules the engine's first round */
+  }
   return t;
 }
 
@@ -335,13 +206,13 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
                                                              uint64_t pline, lru_where_t llc,
                                                              const pte_t *pte, int store,
                                                              uintptr_t addr) {
-  if (touch(&t->l1, line)) {
+  if (lru_touch_inline(&t->l1, line)) {
     t->clock_ps += t->cost_l1;
     return;
   }
   t->l1_misses++;
   if (t->l2.sets) {
-    if (touch(&t->l2, pline)) {
+    if (lru_touch_inline(&t->l2, pline)) {
       t->l2_hits++;
       t->clock_ps += t->cost_l2;
       return;
@@ -349,7 +220,7 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     t->l2_misses++;
   }
   int stream = stream_continues(t, line);
-  if (emu_llc.sets && touch_at(&emu_llc, llc)) {
+  if (emu_llc.sets && lru_touch_at(&emu_llc, llc)) {
     t->llc_hits++;
     t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
     return;
@@ -362,9 +233,9 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
 static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
   uint64_t key = emu_cfg.huge ? addr >> 21 : vpn;
   if (key != t->last_tlb_key) {
-    if (!touch(&t->dtlb, key)) {
+    if (!lru_touch_inline(&t->dtlb, key)) {
       t->dtlb_misses++;
-      if (t->stlb.sets && touch(&t->stlb, key)) {
+      if (t->stlb.sets && lru_touch_inline(&t->stlb, key)) {
         t->clock_ps += stlb_ps;
       } else {
         t->stlb_misses++;
@@ -408,12 +279,12 @@ static inline __attribute__((always_inline)) void count_l1_hit(emu_thread_t *t, 
  * such hits: a program's accesses alternate between its stack and a few heap lines. */
 static inline __attribute__((always_inline)) int mru_hit(emu_thread_t *t, uintptr_t addr,
                                                         uint64_t line, int store) {
-  if (!is_mru(&t->l1, line)) return 0;
+  if (!lru_is_mru(&t->l1, line)) return 0;
   uint64_t vpn = addr >> EMU_PAGE_SHIFT, key = t->last_tlb_key;
   pte_t *pte = t->last_pte;
   if (vpn != t->last_vpn) {
     key = emu_cfg.huge ? addr >> 21 : vpn;
-    if (key != t->last_tlb_key && !is_mru(&t->dtlb, key)) return 0;
+    if (key != t->last_tlb_key && !lru_is_mru(&t->dtlb, key)) return 0;
     if (t->clock_ps >= emu_next_tick_ps || !(pte = emu_pte(vpn))) return 0; /* translate ticks */
   }
   uint8_t want = (uint8_t)(STRATA_EMU_PRESENT | access_bits(store));
@@ -553,6 +424,7 @@ extern void *__memset_chk(void *d, int c, size_t n, size_t dn);
 static void bulk(const void *src, void *dst, size_t n) {
   emu_thread_t *t = emu_self;
   if (unlikely(!t) && !(t = emu_thread())) return;
+  if (t->in_engine) return; /* the engine's copies are not the program's */
   if (src) emu_access_range(t, (uintptr_t)src, n, 0);
   emu_access_range(t, (uintptr_t)dst, n, 1);
 }

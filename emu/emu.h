@@ -1,7 +1,12 @@
-/* emu.h: the emulated machine's internals. Read in this order:
- *   core.c     the per-access path: sancov hooks, bulk copies, caches, TLBs, clock
- *   memory.c   the emulated page table: first touch, bind policies, migration, tpp mode
- *   api.c      configuration, the machine interface for libstrata, observation, report
+/* emu.h: the emulated machine's internals, grouped by the file that defines them. The files
+ * form layers; each calls only the ones below it (scripts/check-layers.sh checks this):
+ *
+ *   observe.c  machine.c  report.c    the edges: strata_emu.h, libstrata's machine, the report
+ *   core.c                            the per-access path: hooks, bulk copies, caches, clock
+ *   memory.c                          the page table: first touch, binds, moves, kernel modes
+ *   config.c lru.c events.c engine.c  settings and presets; set-associative arrays; rings;
+ *   random.c                          a tiering engine loaded into the program; seeded randomness
+ *   fail.c     ../libstrata/util/json.c   dying with a message; the JSON writer
  *
  * The model, per access (addr, size, load or store):
  *   L1D -> L2 -> LLC (set-associative, true LRU, write-allocate, virtually indexed or, with
@@ -20,6 +25,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 #include "strata_emu.h"
 
@@ -32,13 +38,32 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
+/* simulated nanoseconds as picoseconds, rounded */
+static inline double emu_ps(double ns) { return ns * 1000.0 + 0.5; }
+
+/* Zeroed memory straight from the kernel (the emulator never calls malloc). */
+static inline void *emu_map(size_t n) {
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- fail.c ----------------------------------------------------------------------------- */
+
+/* Something the emulator cannot run with: the message goes into the report when there is one
+ * (as {"error": ...}, which `strata emu run` prints), else to stderr; exit status 2. */
+__attribute__((noreturn)) void emu_die(const char *msg);
+
+/* ---- config.c: every setting in one table (key, unit, doc), the presets ----------------- */
+
 enum { KERNEL_NONE = 0, KERNEL_TPP = 1 };
 
 typedef struct emu_config_s {
-  int nnodes;                       /* emulated nodes = tiers, node 0 fastest */
+  int nnodes;                       /* emulated nodes; node 0 is in the fastest tier, with the CPUs */
   double rd_ns[EMU_MAX_NODES], wr_ns[EMU_MAX_NODES];
   double rd_mbps[EMU_MAX_NODES], wr_mbps[EMU_MAX_NODES];
   uint64_t cap_bytes[EMU_MAX_NODES];
+  uint64_t tier[EMU_MAX_NODES];     /* each node's tier (default: node i is tier i) */
+  uint64_t distance[EMU_MAX_NODES]; /* from the CPUs (SLIT): first touch tries nodes nearest first */
   uint64_t l1_bytes, l1_ways, l2_bytes, l2_ways, llc_bytes, llc_ways; /* l2_bytes 0: no L2 */
   double l1_ns, l2_ns, llc_ns;      /* hit costs */
   uint64_t dtlb, dtlb_ways, dtlb2m, stlb, stlb_ways;
@@ -58,10 +83,29 @@ typedef struct emu_config_s {
   double tpp_hint_fault_ns;         /* cost of a hint fault */
   double tpp_promote_mbps;          /* promotion rate limit (kernel: 65536 MB/s) */
   double tpp_wmark_low, tpp_wmark_high; /* fast-tier free fractions: demote below low up to high */
+  double scan_ns;                   /* an engine's walk: per page read (and cleared) */
   uint64_t sample_period;           /* LLC misses per sample, 0 = off */
+  char preset[32];                  /* the preset's name, for the report */
 } emu_config_t;
 
+/* The machine of this process: the built-in default (the m2t preset) until core.c's first
+ * thread parses $STRATA_EMU into it. */
 extern emu_config_t emu_cfg;
+/* The nodes in allocation order from the CPUs: by distance, then by id (as Linux's fallback
+ * list). Fills order[0..nnodes). */
+void emu_node_order(const emu_config_t *c, int *order);
+void emu_config_defaults(emu_config_t *c);
+/* Apply "key=value key=v1,v2 ..." (a leading preset=NAME applies the preset first) to c and
+ * check the result. 0, or -1 with the reason in err. */
+int emu_config_parse(emu_config_t *c, const char *settings, char *err, size_t errlen);
+/* Host side (strata-emu's FFI): the configuration of `settings` over the defaults, as JSON
+ * {"config": {key: value, ...}} or {"error": "..."}; and every setting and preset with its
+ * unit and documentation. Return the length written (the text is cut at n - 1). */
+size_t emu_config_json(const char *settings, char *buf, size_t n);
+size_t emu_settings_json(char *buf, size_t n);
+const char *emu_kernel_name(int kernel);
+
+/* ---- lru.c (and lru.h): set-associative arrays with true LRU (caches and TLBs) ---------- */
 
 /* A set-associative structure of keys with true LRU (way 0 = most recent). Caches key by line
  * number, TLBs by page number. A slot holds a tag, 0 when empty. Wide: the tag is key + 1, in
@@ -76,6 +120,19 @@ typedef struct lru_s {
   unsigned shift;      /* log2(sets) when sets is a power of two */
   int narrow;
 } lru_t;
+
+/* 0 entries (absent) or whole sets */
+static inline int lru_geometry_ok(uint64_t entries, uint64_t ways) {
+  return entries == 0 || (ways && entries % ways == 0);
+}
+int lru_init(lru_t *c, uint64_t entries, uint64_t ways); /* -1: bad geometry or no memory */
+void lru_free(lru_t *c);
+int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
+void lru_flush(lru_t *c);
+void lru_remove(lru_t *c, uint64_t key);
+uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 if empty */
+
+/* ---- the per-thread state (core.c creates it; memory.c charges moves and faults to it) --- */
 
 /* Per-thread counters, in the order the report prints them: X(name) are stored, D(name, expr)
  * derived from the stored ones (so the per-access fast path updates fewer fields). */
@@ -103,8 +160,25 @@ typedef struct emu_thread_s {
   uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
   unsigned stream_victim;
   uint64_t sample_countdown;
+  int in_engine;                    /* an engine runs on this thread now: not the program */
   lru_t l1, l2, dtlb, stlb;
 } emu_thread_t;
+
+/* ---- events.c: rings of LLC-miss samples and hint-fault events ---------------------------- */
+
+void emu_sample(emu_thread_t *t, uint64_t addr, int node, int store);
+void emu_fault_event(uint64_t addr, uint64_t time_ps, int node, int promoted);
+uint64_t emu_samples_lost(void);
+uint64_t emu_fault_events_lost(void);
+
+/* ---- engine.c: a tiering engine inside the program (strata_emu.h) ------------------------- */
+
+extern uint64_t emu_engine_next_ps;  /* when its next round is due; UINT64_MAX: no engine */
+void emu_engine_load(emu_thread_t *t); /* the first thread: load $STRATA_ENGINE_LIB, if any */
+void emu_engine_tick(emu_thread_t *t); /* a round, if one is due */
+const char *emu_engine_report(emu_thread_t *t); /* its statistics (JSON), or NULL */
+
+/* ---- memory.c: the emulated page table and everything that changes it ---------------------- */
 
 /* An emulated page-table entry (one per 4 KiB page). */
 typedef struct pte_s {
@@ -115,27 +189,7 @@ typedef struct pte_s {
 } pte_t;
 enum { PTE_REFERENCED = 16 };       /* tpp: a hint fault already saw this page */
 
-extern _Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
-extern _Atomic uint64_t emu_tlb_gen;
-extern lru_t emu_llc;
-extern double emu_queue_factor[EMU_MAX_NODES]; /* tier latency multiplier this epoch */
-
-/* core.c */
-extern const int emu_avx512;      /* 1: core.c was built for AVX-512 (the Makefile's EMU_SIMD) */
-emu_thread_t *emu_thread(void);     /* the caller's state, created on first use */
-void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
-int lru_geometry_ok(uint64_t entries, uint64_t ways); /* 0 entries (absent) or whole sets */
-int lru_init(lru_t *c, uint64_t entries, uint64_t ways); /* -1: bad geometry or no memory */
-void lru_free(lru_t *c);
-int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
-void lru_flush(lru_t *c);
-void lru_remove(lru_t *c, uint64_t key);
-uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 if empty */
-int emu_nthreads(void);
-emu_thread_t *emu_thread_at(int i);
-
-/* memory.c */
-/* the page table's radix tree (memory.c) */
+/* the page table's radix tree */
 #define EMU_LEAF_BITS 18
 #define EMU_LEAF_ENTRIES ((size_t)1 << EMU_LEAF_BITS)
 #define EMU_TOP_ENTRIES ((size_t)1 << (47 - EMU_PAGE_SHIFT - EMU_LEAF_BITS))
@@ -148,26 +202,38 @@ static inline pte_t *emu_pte(uint64_t vpn) { /* NULL if its leaf was never alloc
 }
 pte_t *emu_pte_make(uint64_t vpn);  /* allocates the leaf; never NULL (beyond the address space
                                      * or out of memory: a dummy entry, always present) */
+void emu_memory_init(void);         /* after the configuration (or a change of kernel mode):
+                                     * schedules the kernel mode's scanner */
 void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte);
 void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte);
-void emu_kernel_tick(emu_thread_t *t);
+void emu_kernel_tick(emu_thread_t *t);  /* the kernel mode's and the engine's periodic work */
 int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode);
 int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
                    int async);
+extern _Atomic uint64_t emu_tlb_gen;  /* TLB shootdown generation */
 extern _Atomic uint64_t emu_resident[EMU_MAX_NODES];
 extern uint64_t emu_peak_resident;
 extern _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
+extern _Atomic uint64_t emu_scan_ps; /* background time of an engine's walks */
 extern uint64_t emu_next_tick_ps;
 void emu_shootdown(const uint64_t *vpns, size_t n);
 void emu_unmap(uintptr_t start, size_t len);
 void emu_tlb_sync(emu_thread_t *t);
 uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdowns */
 
-/* api.c */
-void emu_config_load(void);
-__attribute__((noreturn)) void emu_die(const char *msg); /* into the report, or stderr; exit 2 */
-void emu_sample(emu_thread_t *t, uint64_t addr, int node, int store);
-void emu_fault_event(uint64_t addr, uint64_t time_ps, int node, int promoted);
-double emu_ps(double ns);
+/* ---- observe.c ------------------------------------------------------------------------------- */
+
+uint64_t emu_walked_pages(void);     /* pages an engine's walks have read */
+
+/* ---- core.c: threads and the per-access path ------------------------------------------------ */
+
+extern _Thread_local emu_thread_t *emu_self __attribute__((tls_model("initial-exec")));
+extern lru_t emu_llc;
+extern double emu_queue_factor[EMU_MAX_NODES]; /* tier latency multiplier this epoch */
+extern const int emu_avx512;      /* 1: core.c was built for AVX-512 (the Makefile's EMU_SIMD) */
+emu_thread_t *emu_thread(void);     /* the caller's state, created on first use */
+void emu_access_range(emu_thread_t *t, uintptr_t addr, size_t len, int store);
+int emu_nthreads(void);
+emu_thread_t *emu_thread_at(int i);
 
 #endif

@@ -5,8 +5,8 @@
  * accessed/dirty/hint bits, its ground-truth access count and the bind policy that applies to
  * it (an index into a small table, written by libstrata's bind through the machine interface).
  *
- * First touch places a page: by its policy (bind, preferred, interleave), else on the fastest
- * node with room, else the next. Moves (libstrata's move, a daemon's, tpp's) are charged as
+ * First touch places a page: by its policy (bind, preferred, interleave), else on the nearest
+ * node with room (by `distance`, as Linux's fallback list), else the next. Moves (libstrata's move, a daemon's, tpp's) are charged as
  * unmap + copy + TLB shootdown. The tpp kernel mode: a periodic scanner protects slow-tier pages
  * so the next access takes a hint fault; a page faulted twice is promoted at once (rate
  * limited); when the fast tier's free memory falls below a watermark, pages not accessed since
@@ -15,19 +15,33 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define PAGE ((uint64_t)1 << EMU_PAGE_SHIFT)
 
 _Atomic(pte_t *) emu_top[EMU_TOP_ENTRIES];
+_Atomic uint64_t emu_tlb_gen;
 static pte_t dummy; /* for addresses beyond the user address space */
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t emu_resident[EMU_MAX_NODES];
 uint64_t emu_peak_resident; /* most pages resident at once, all nodes (under mem_lock) */
 _Atomic uint64_t emu_bg_ps, emu_bg_bytes[EMU_MAX_NODES];
+_Atomic uint64_t emu_scan_ps;
 uint64_t emu_next_tick_ps = UINT64_MAX;
+static uint64_t tpp_next_ps = UINT64_MAX; /* the tpp scanner's next pass */
+static int node_order[EMU_MAX_NODES] = {0, 1, 2, 3, 4, 5, 6, 7}; /* nearest first (set by emu_memory_init) */
+
+/* The next periodic work of any kind: the tpp scanner's or the engine's. */
+static void next_tick_update(void) {
+  emu_next_tick_ps = tpp_next_ps < emu_engine_next_ps ? tpp_next_ps : emu_engine_next_ps;
+}
+
+void emu_memory_init(void) {
+  emu_node_order(&emu_cfg, node_order);
+  tpp_next_ps = emu_cfg.kernel == KERNEL_TPP ? (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns) : UINT64_MAX;
+  next_tick_update();
+}
 
 pte_t *emu_pte_make(uint64_t vpn) {
   pte_t *p = emu_pte(vpn);
@@ -104,22 +118,34 @@ int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode) {
   return 0;
 }
 
-static int default_node(void) {
-  for (int n = 0; n < emu_cfg.nnodes; n++)
-    if (has_room(n)) return n;
-  return emu_cfg.nnodes - 1; /* everything full: overcommit the slowest */
+
+/* The first node of mask, nearest first, with room; -1 if none. */
+static int nearest_with_room(uint64_t mask) {
+  for (int k = 0; k < emu_cfg.nnodes; k++)
+    if ((mask >> node_order[k] & 1) && has_room(node_order[k])) return node_order[k];
+  return -1;
 }
 
+static int default_node(void) {
+  int n = nearest_with_room(((uint64_t)1 << emu_cfg.nnodes) - 1);
+  return n >= 0 ? n : node_order[emu_cfg.nnodes - 1]; /* everything full: overcommit the farthest */
+}
+
+/* Preferred and bind try the policy's nodes nearest first (so a tier of several nodes fills
+ * like Linux's MPOL_PREFERRED_MANY); preferred then falls back to any node, bind overcommits
+ * its nearest. */
 static int choose_node(uint64_t vpn, const pte_t *pte) {
   policy_t pol = policies[pte->policy < npolicies ? pte->policy : 0];
-  int lowest = pol.mask ? __builtin_ctzll(pol.mask) : 0;
+  int n;
   switch (pol.mode) {
   case POL_PREFERRED:
-    return has_room(lowest) ? lowest : default_node();
+    n = nearest_with_room(pol.mask);
+    return n >= 0 ? n : default_node();
   case POL_BIND:
-    for (int n = 0; n < emu_cfg.nnodes; n++)
-      if ((pol.mask >> n & 1) && has_room(n)) return n;
-    return lowest;
+    n = nearest_with_room(pol.mask);
+    if (n >= 0) return n;
+    for (int k = 0;; k++)
+      if (pol.mask >> node_order[k] & 1) return node_order[k];
   case POL_INTERLEAVE: {
     int k = (int)(vpn % (uint64_t)__builtin_popcountll(pol.mask));
     for (int n = 0;; n++)
@@ -305,7 +331,11 @@ static hand_t clock_hand;
 /* Demote cold pages of node 0 until its free share is at least the high watermark. A page
  * accessed since the hand last passed gets a second chance (its bit is cleared). mem_lock held. */
 static void demote_cold(void) {
-  if (emu_cfg.nnodes < 2) return;
+  /* the target: the nearest node of a slower tier (Linux's demotion target) */
+  int to = -1;
+  for (int k = 0; k < emu_cfg.nnodes && to < 0; k++)
+    if (emu_cfg.tier[node_order[k]] > 0) to = node_order[k];
+  if (to < 0) return;
   uint64_t cap = cap_pages(0);
   uint64_t target = cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high);
   uint64_t demoted = 0, ps = 0;
@@ -319,11 +349,11 @@ static void demote_cold(void) {
       atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
       continue;
     }
-    ps += move_one(p, 1);
+    ps += move_one(p, to);
     demoted++;
   }
   if (demoted) {
-    charge(NULL, 1, ps, 0, 1, demoted);
+    charge(NULL, 1, ps, 0, to, demoted);
     charge_shootdown(NULL, 1);
     emu_shootdown(NULL, demoted);
   }
@@ -375,17 +405,16 @@ static void scan(void) {
 }
 
 void emu_kernel_tick(emu_thread_t *t) {
-  if (emu_cfg.kernel != KERNEL_TPP) {
-    emu_next_tick_ps = UINT64_MAX;
-    return;
+  if (emu_cfg.kernel == KERNEL_TPP && t->clock_ps >= tpp_next_ps && !pthread_mutex_trylock(&mem_lock)) {
+    if (t->clock_ps >= tpp_next_ps) {
+      uint64_t period = (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns);
+      while (tpp_next_ps <= t->clock_ps) tpp_next_ps += period;
+      scan();
+    }
+    pthread_mutex_unlock(&mem_lock);
   }
-  if (pthread_mutex_trylock(&mem_lock)) return;
-  if (t->clock_ps >= emu_next_tick_ps) {
-    uint64_t period = (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns);
-    while (emu_next_tick_ps <= t->clock_ps) emu_next_tick_ps += period;
-    scan();
-  }
-  pthread_mutex_unlock(&mem_lock);
+  emu_engine_tick(t); /* without mem_lock: the engine calls back into strata_emu_move */
+  next_tick_update();
 }
 
 void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {

@@ -11,7 +11,8 @@
  *   strata_object_t    objects[object_capacity]   (offset objects_offset)
  *
  * The process writes contexts and objects; a daemon reads them and may write `directive` of
- * a context (where its next allocations go). All counters are 64-bit and updated with
+ * a context (where its next allocations go) and the header's `default_directive` (where
+ * allocations go whose context has the default directive, or that have no context). All counters are 64-bit and updated with
  * relaxed atomics: a reader sees each field whole, not a consistent snapshot of all of them.
  * A Rust mirror lives in crates/strata-sys (checked against this file by a test).
  */
@@ -21,7 +22,7 @@
 #include <stdint.h>
 
 #define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
-#define STRATA_CHANNEL_VERSION 1
+#define STRATA_CHANNEL_VERSION 2
 #define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
 #define STRATA_OBJECT_RECORD_MAX ((uint64_t)64 << 20) /* large objects split in 64 MiB records */
 
@@ -48,6 +49,8 @@ typedef struct strata_channel_header_s {
   uint64_t contexts_used;     /* contexts with a non-zero id */
   uint64_t contexts_dropped;  /* allocations whose context did not fit in the table */
   uint64_t objects_dropped;   /* tracked objects that did not fit in objects[] */
+  int32_t default_directive;  /* STRATA_DIRECTIVE_*: the process's default; the daemon may rewrite it */
+  uint32_t reserved;
 } strata_channel_header_t;
 
 /* One allocation context: hash of the call stack and the size class. Open addressing by

@@ -78,6 +78,48 @@ STRATA_EMU_API void strata_emu_set_sample_period(uint64_t misses);
 STRATA_EMU_API size_t strata_emu_samples(strata_emu_sample_t *out, size_t max);
 STRATA_EMU_API size_t strata_emu_hint_faults(strata_emu_fault_t *out, size_t max);
 
+/* One present page of the emulated page table, as strata_emu_walk returns it. */
+typedef struct strata_emu_page_s {
+  uint64_t addr;  /* the page */
+  uint8_t node;
+  uint8_t flags;  /* STRATA_EMU_* */
+  uint8_t pad[6];
+} strata_emu_page_t;
+
+/* The present pages in address order from *cursor on (0: the first page), at most max, into
+ * out; with clear != 0 their accessed and dirty bits are cleared once read. *cursor moves past
+ * them, and is 0 again once the walk has passed the last page: a full scan ended. Each page
+ * returned costs `scan_ns` of background (engine) time. Returns the number of pages. */
+STRATA_EMU_API size_t strata_emu_walk(uint64_t *cursor, strata_emu_page_t *out, size_t max, int clear);
+
+/* One emulated node: its memory, what is resident on it, its tier and its distance from the
+ * CPUs (first touch tries the nearest first). */
+typedef struct strata_emu_node_s {
+  uint64_t capacity_bytes, resident_pages;
+  int tier, distance;
+} strata_emu_node_t;
+/* Up to n nodes into out; returns the number of nodes. */
+STRATA_EMU_API int strata_emu_nodes(strata_emu_node_t *out, int n);
+
+/* ---- a tiering engine inside the program ------------------------------------------------
+ * When $STRATA_ENGINE_LIB names a library, the emulator loads it when the program's first
+ * thread starts and calls its `strata_engine_start` (strata_engine_start_fn), which fills in
+ * the hooks. Then every period_ns of simulated time, the thread whose clock passed the period
+ * calls tick (one at a time, holding no lock of the emulator). The engine stands for a daemon
+ * on a core of its own: its own instructions and memory accesses are not the program's (the
+ * library is not instrumented, and its bulk copies are not counted); what it costs the
+ * program is what it asks of the emulated machine (walks charge background time, moves are
+ * background moves with their bandwidth and TLB shootdowns). At exit, report's JSON object goes
+ * into the report as "engine". stratad's cdylib (libstratad.so) is such a library. */
+typedef struct strata_emu_engine_s {
+  uint64_t period_ns;
+  void (*tick)(void *arg);
+  const char *(*report)(void *arg); /* the engine's statistics, a JSON object, or NULL */
+  void *arg;
+} strata_emu_engine_t;
+/* 0, or -1 with the reason in err */
+typedef int strata_engine_start_fn(strata_emu_engine_t *engine, char *err, size_t errlen);
+
 /* One named counter of the calling thread ("accesses", "l1_misses", "llc_misses",
  * "dtlb_misses", "stlb_misses", "sim_ns", ...; see the report), or -1 when unknown. */
 STRATA_EMU_API int64_t strata_emu_counter(const char *name);

@@ -22,6 +22,7 @@
 #include "strata.h"
 #include "strata_channel.h"
 #include "machine/machine.h"
+#include "util/json.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -134,7 +135,7 @@ struct strata_arena_s {
 typedef enum option_id_e {
   OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT_COLOUR,
   OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
-  OPT_RULES, OPT_REPORT, OPT__COUNT
+  OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT__COUNT
 } option_id_t;
 enum { UNWIND_FP = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
@@ -209,7 +210,8 @@ static inline void *_strata_page_addr(const page_t *pg) {
 }
 /* npages contiguous free pages of pool, start index a multiple of align_pages, trying the
  * page right after `near` first (keeps an arena's pages neighbours). Caller holds no lock. */
-page_t *_strata_pages_alloc(int pool, size_t npages, size_t align_pages, const page_t *near);
+page_t *_strata_pages_alloc(int pool, size_t npages, size_t align_pages, const page_t *near,
+                            page_kind_t kind);      /* PK_SPAN, PK_MIXED (1 page) or PK_RUN */
 /* Give pages back; purge = also return the memory to the OS. */
 void _strata_pages_free(page_t *head, size_t npages, bool purge);
 large_t *_strata_large_map(int pool, size_t size, size_t align);
@@ -277,6 +279,8 @@ void _strata_mixed_release_all(arena_t *a);      /* arena destroy */
 /* ---- arena.c: arenas, runs, large objects, the shared arenas ---------------------------- */
 
 arena_t *_strata_shared(int idx);                /* 0 default, 1 + tier */
+void _strata_shared_lock_all(void);              /* fork: every shared arena and central lock */
+void _strata_shared_unlock_all(void);
 int _strata_place_tier(strata_place_t place);    /* -1 unbound, else the tier (clamped) */
 void _strata_free(void *p, bool untag);          /* alloc.c: strata_free, optionally untagging */
 void *_strata_arena_alloc(arena_t *a, size_t size, size_t align, const void *near);
@@ -291,19 +295,41 @@ void _strata_untag_block(page_t *span, uint16_t *tags, const void *p); /* a span
 void _strata_tags_release(page_t *span);         /* a span goes back to its segment */
 void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align); /* page aligned, whole pages */
 
+/* ---- alloc/check.c: level-2 invariant walks (STRATA_DEBUG >= 2: the ASan test build) ---- */
+
+#if STRATA_DEBUG >= 2
+void _strata_check_segment(const segment_t *s);  /* seg lock held */
+void _strata_check_mixed(const page_t *pg);      /* its arena's lock held */
+void _strata_check_span(const page_t *span);     /* its central's lock held */
+#else
+static inline void _strata_check_segment(const segment_t *s) { (void)s; }
+static inline void _strata_check_mixed(const page_t *pg) { (void)pg; }
+static inline void _strata_check_span(const page_t *span) { (void)span; }
+#endif
+
+/* ---- channel/channel.c: the region shared with a daemon (strata_channel.h) -------------- */
+
+extern pthread_mutex_t _strata_channel_lock;
+strata_channel_header_t *_strata_channel(void);  /* created on first use; NULL: no memory */
+void _strata_channel_forget(void);               /* fork child: the parent's is not ours */
+/* The slot of context `id`, claimed when new (*created); 0 when the table is full. */
+uint32_t _strata_channel_context(uint64_t id, bool *created);
+strata_context_t *_strata_context(uint32_t idx);
+uint32_t _strata_track(void *p, size_t len, uint32_t idx); /* first record, 0 if none */
+int32_t _strata_process_directive(void);
+/* The process's directive at start (STRATA_DIRECTIVE; a bad value keeps the default, with a
+ * message), before and when the channel is made. */
+void _strata_process_directive_init(void);
+int _strata_parse_directive(const char *s, int32_t *out); /* 0, or -1 */
+void _strata_untrack(uint32_t first, const void *p);
+
 /* ---- context/context.c, rules.c, report.c: allocation contexts -------------------------- */
 
 extern _Atomic bool _strata_contexts_on;
-extern pthread_mutex_t _strata_channel_lock;
 uint32_t _strata_context_of(size_t size, void *ret, void *frame); /* 0 = none */
-strata_context_t *_strata_context(uint32_t idx);
 void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
 void _strata_context_free(uint32_t idx, size_t usable);
 void _strata_context_flush(void);                /* this thread's pending counts */
-uint32_t _strata_track(void *p, size_t len, uint32_t idx);
-void _strata_untrack(uint32_t first, const void *p);
-strata_channel_header_t *_strata_channel(void);
-void _strata_channel_forget(void);
 void _strata_contexts_start(void);
 bool _strata_in_capture(void);
 void _strata_set_in_capture(bool v);
@@ -312,9 +338,12 @@ void _strata_rules_apply(strata_context_t *c);
 void _strata_report_write(void);
 arena_t *_strata_directive_arena(int32_t directive);
 
+/* ---- init.c: the machine, fork handlers ------------------------------------------------- */
+
+const strata_machine_t *_strata_machine(void);   /* Linux, or the emulated machine */
+
 /* ---- machine/linux.c: the machine interface (machine/machine.h) ------------------------ */
 
-extern const strata_machine_t *_strata_machine;
 extern const strata_machine_t _strata_machine_linux;
 void *_strata_prim_map(size_t size, size_t align);  /* zeroed, aligned; NULL on failure */
 void _strata_prim_unmap(void *p, size_t size);

@@ -30,16 +30,17 @@ static const option_t options[OPT__COUNT] = {
     [OPT_TIERS] = {"tiers", T_STRING, 0, "node lists",
                    "tier override, fastest first: '0,2;1' = tier 0 nodes 0,2; tier 1 node 1", NULL},
     [OPT_BIND] = {"bind", T_ENUM, BIND_PREFERRED, "mode",
-                  "how tier arenas bind pages: preferred (fall back when full) or strict",
+                  "how tier arenas bind pages: preferred (the tier's nodes nearest first, then any "
+                  "node when they are full) or strict",
                   "preferred,strict"},
     [OPT_SYSFS] = {"sysfs", T_STRING, 0, "path",
                    "sysfs root for topology discovery (tests use fixture trees)", NULL},
     [OPT_TCACHE_BYTES] = {"tcache_bytes", T_SIZE, 64 * 1024, "bytes",
                           "most bytes a thread caches per size class", NULL},
     [OPT_COLOUR] = {"colour", T_BOOL, 0, "bool",
-                    "mixed pages: a new page's first object starts at a line offset taken from "
-                    "the page's address, so objects laid out alike on every page spread over "
-                    "the cache's sets (costs some packing)",
+                    "mixed pages: an arena's k-th new page starts its first object at cache "
+                    "line 37k mod 64, so objects laid out alike on every page spread over the "
+                    "cache's sets (costs some packing)",
                     NULL},
     [OPT_CONTEXTS] = {"contexts", T_BOOL, 1, "bool",
                       "preload: track allocation contexts (call stack + size class)", NULL},
@@ -55,6 +56,10 @@ static const option_t options[OPT__COUNT] = {
     [OPT_UNWIND] = {"unwind", T_ENUM, UNWIND_FP, "mode",
                     "preload: stack capture: fp (frame pointers, checked) or dwarf (libgcc)",
                     "fp,dwarf"},
+    [OPT_DIRECTIVE] = {"directive", T_STRING, 0, "directive",
+                       "preload: where allocations go that no rule or daemon places (default, fast, "
+                       "slow, tier:N); a daemon may change it",
+                       NULL},
     [OPT_RULES] = {"rules", T_STRING, 0, "path", "preload: placement rules file for contexts",
                    NULL},
     [OPT_REPORT] = {"report", T_STRING, 0, "path",

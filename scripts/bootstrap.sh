@@ -54,3 +54,9 @@ if ! have cargo; then
     exit 1
   fi
 fi
+# make lint: cargo fmt and cargo clippy
+for c in rustfmt clippy; do
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    if have rustup; then rustup component add "$c"; else echo "bootstrap: cargo $c is missing (rustup component add $c)" >&2; exit 1; fi
+  fi
+done

@@ -344,7 +344,7 @@ static void test_tpp(void) {
   while (strata_emu_hint_faults(ev, 64)) {}
   emu_cfg.kernel = KERNEL_TPP;
   emu_cfg.tpp_scan_period_ns = 10000; /* 10 us */
-  emu_next_tick_ps = 0;
+  emu_memory_init(); /* schedule the scanner: its first pass is due at once */
   int64_t hf = c("hint_faults"), pr = c("promoted_pages");
   volatile char *spin = fresh(PAGE);
   for (int round = 0; round < 2; round++) {
@@ -377,7 +377,7 @@ static void test_tpp(void) {
   CHECK(res[0] <= emu_cfg.cap_bytes[0] / PAGE);
   emu_cfg.cap_bytes[0] = saved;
   emu_cfg.kernel = KERNEL_NONE;
-  emu_next_tick_ps = UINT64_MAX;
+  emu_memory_init();
 }
 
 int main(void) {

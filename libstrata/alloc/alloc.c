@@ -171,7 +171,7 @@ int strata_where(const void *p, size_t len, strata_residency_t *r) {
   for (uintptr_t a = first; a < end;) {
     size_t n = 0;
     for (; n < BATCH && a < end; n++, a += PAGE_SIZE) pages[n] = (void *)a;
-    int rc = _strata_machine->where(pages, n, status);
+    int rc = _strata_machine()->where(pages, n, status);
     if (rc) return rc;
     for (size_t i = 0; i < n; i++) {
       r->pages++;

@@ -7,7 +7,7 @@
  * strata_arena_new / strata_arena_destroy.
  *
  * Which allocator serves a request (`near` is the next_to target):
- *   shared arena, no near, <= 16 KiB   size-class spans with thread caches (span.c)
+ *   shared arena, no near, <= 64 KiB   size-class spans with thread caches (span.c)
  *   otherwise <= 2 KiB                  mixed pages (mixed.c)
  *   < 1 MiB                             a run of whole pages in the arena's pool
  *   >= 1 MiB                            a mapping of its own, bound like the arena */
@@ -32,37 +32,6 @@ static void shared_init(void) {
   }
 }
 
-/* fork: hold every process-wide lock across fork() (in the order they nest in use), so the
- * child starts with none held by a thread that no longer exists. User arenas are the
- * application's: a fork while another thread is inside one of them leaves it locked. */
-static void fork_prepare(void) {
-  for (int i = 0; i < NSHARED; i++) pthread_mutex_lock(&shared[i].lock);
-  for (int i = 0; i < NSHARED; i++)
-    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&centrals[i][c].lock);
-  pthread_mutex_lock(&_strata_seg_lock);
-  pthread_mutex_lock(&_strata_meta_lock);
-  pthread_mutex_lock(&_strata_channel_lock);
-}
-
-static void fork_parent(void) {
-  pthread_mutex_unlock(&_strata_channel_lock);
-  pthread_mutex_unlock(&_strata_meta_lock);
-  pthread_mutex_unlock(&_strata_seg_lock);
-  for (int i = NSHARED - 1; i >= 0; i--)
-    for (int c = NCLASSES - 1; c >= 0; c--) pthread_mutex_unlock(&centrals[i][c].lock);
-  for (int i = NSHARED - 1; i >= 0; i--) pthread_mutex_unlock(&shared[i].lock);
-}
-
-static void fork_child(void) {
-  fork_parent();
-  if (atomic_load(&_strata_contexts_on)) _strata_channel_forget(); /* the parent's, not ours */
-}
-
-__attribute__((constructor)) static void fork_handlers(void) {
-  pthread_once(&shared_once, shared_init);
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
 arena_t *_strata_shared(int idx) {
   static _Atomic bool ready;
   if (unlikely(!atomic_load_explicit(&ready, memory_order_acquire))) {
@@ -70,6 +39,21 @@ arena_t *_strata_shared(int idx) {
     atomic_store_explicit(&ready, true, memory_order_release);
   }
   return &shared[idx];
+}
+
+/* Every shared arena's lock and its centrals' locks, in the order they nest (init.c's fork
+ * handlers), and their release in reverse. */
+void _strata_shared_lock_all(void) {
+  _strata_shared(0);
+  for (int i = 0; i < NSHARED; i++) pthread_mutex_lock(&shared[i].lock);
+  for (int i = 0; i < NSHARED; i++)
+    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&centrals[i][c].lock);
+}
+
+void _strata_shared_unlock_all(void) {
+  for (int i = NSHARED - 1; i >= 0; i--)
+    for (int c = NCLASSES - 1; c >= 0; c--) pthread_mutex_unlock(&centrals[i][c].lock);
+  for (int i = NSHARED - 1; i >= 0; i--) pthread_mutex_unlock(&shared[i].lock);
 }
 
 /* ---- runs: n whole pages for one medium object ---------------------------------------------- */
@@ -80,11 +64,9 @@ static void *run_alloc(arena_t *a, size_t size, size_t align, const void *near) 
   if (!align_pages) align_pages = 1;
   pthread_mutex_lock(&a->lock);
   const page_t *hint = near ? _strata_page_of(near) : a->runs;
-  page_t *pg = _strata_pages_alloc(a->pool, npages, align_pages, hint);
+  page_t *pg = _strata_pages_alloc(a->pool, npages, align_pages, hint, PK_RUN);
   if (pg) {
-    pg->kind = PK_RUN;
     pg->arena = a;
-    pg->u.run.npages = (uint32_t)npages;
     pg->next = a->runs;
     if (a->runs) a->runs->prev = pg;
     a->runs = pg;
@@ -152,8 +134,10 @@ void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align) {
   return large_alloc(a, size, align);
 }
 
-/* The shared arena a context directive names. */
+/* The shared arena a context directive names; the default one follows the process's default
+ * directive (the channel's, which a daemon may set). */
 arena_t *_strata_directive_arena(int32_t d) {
+  if (d == STRATA_DIRECTIVE_DEFAULT) d = _strata_process_directive();
   if (d == STRATA_DIRECTIVE_FAST) return _strata_shared(1);
   if (d == STRATA_DIRECTIVE_SLOW) return _strata_shared(_strata_ntiers());
   if (d >= STRATA_DIRECTIVE_TIER0) return _strata_shared(1 + _strata_place_tier(strata_tier((unsigned)(d - STRATA_DIRECTIVE_TIER0))));

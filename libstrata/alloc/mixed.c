@@ -52,6 +52,7 @@ static void *take(page_t *pg, size_t g, size_t n) {
   set_bits(pg->u.mixed.alloc, g, n, true);
   pg->u.mixed.start[g / 64] |= 1ull << (g % 64);
   pg->u.mixed.used = (uint16_t)(pg->u.mixed.used + n);
+  _strata_check_mixed(pg);
   return (char *)_strata_page_addr(pg) + g * GRANULE;
 }
 
@@ -109,9 +110,8 @@ void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *nea
   if (a->cur && a->cur != np && (p = try_page(a->cur, n, step, a->cur->u.mixed.colour))) return p;
   const page_t *after = np ? np : a->cur;
   if (!after && near) after = _strata_page_of(near); /* e.g. near a span of a's pool */
-  page_t *pg = _strata_pages_alloc(a->pool, 1, 1, after);
+  page_t *pg = _strata_pages_alloc(a->pool, 1, 1, after, PK_MIXED);
   if (!pg) return NULL;
-  pg->kind = PK_MIXED;
   pg->arena = a;
   list_push(a, pg);
   a->cur = pg;
@@ -149,6 +149,7 @@ void _strata_mixed_free(page_t *pg, void *p) {
   set_bits(pg->u.mixed.alloc, g, n, false);
   pg->u.mixed.start[g / 64] &= ~(1ull << (g % 64));
   pg->u.mixed.used = (uint16_t)(pg->u.mixed.used - n);
+  _strata_check_mixed(pg);
   if (pg->u.mixed.used == 0 && pg != pg->arena->cur) {
     list_remove(pg->arena, pg);
     _strata_pages_free(pg, 1, false);

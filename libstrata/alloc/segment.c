@@ -105,12 +105,12 @@ static void bind_range(int pool, void *p, size_t len) {
   if (pool == 0) return;
   int tier = pool - 1;
   STAT_ADD(bind_calls, 1);
-  uint64_t nodes = _strata_tier_nodemask(tier); /* first: topology decides the machine */
-  int rc = _strata_machine->bind(p, len, nodes, (int)_strata_option(OPT_BIND));
+  uint64_t nodes = _strata_tier_nodemask(tier);
+  int rc = _strata_machine()->bind(p, len, nodes, (int)_strata_option(OPT_BIND));
   if (rc != 0) {
     STAT_ADD(bind_failed, 1);
     _strata_message("strata: %s machine could not bind %zu bytes to tier %d (errno %d)\n",
-                    _strata_machine->name, len, tier, -rc);
+                    _strata_machine()->name, len, tier, -rc);
   }
 }
 
@@ -136,8 +136,9 @@ static segment_t *segment_new(int pool) { /* seg lock held */
   return s;
 }
 
-page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near) {
+page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near, page_kind_t kind) {
   strata_assert(1, n > 0 && n <= PAGES_PER_SEG - SEG_META_PAGES && align > 0);
+  strata_assert(1, kind == PK_SPAN || kind == PK_RUN || (kind == PK_MIXED && n == 1));
   pthread_mutex_lock(&_strata_seg_lock);
   segment_t *seg = NULL;
   size_t start = SIZE_MAX;
@@ -165,6 +166,11 @@ page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near
   page_t *head = &seg->pages[start];
   memset(head, 0, sizeof *head);
   head->head = (uint32_t)start;
+  /* kind and extent under the lock, so the page map is whole whenever the lock is free */
+  head->kind = (uint8_t)kind;
+  if (kind == PK_SPAN) head->u.span.npages = (uint32_t)n;
+  if (kind == PK_RUN) head->u.run.npages = (uint32_t)n;
+  _strata_check_segment(seg);
   pthread_mutex_unlock(&_strata_seg_lock);
   return head;
 }
@@ -179,6 +185,7 @@ void _strata_pages_free(page_t *head, size_t n, bool purge) {
     seg->free_map[i / 64] |= 1ull << (i % 64);
   }
   seg->used_pages -= (uint32_t)n;
+  _strata_check_segment(seg);
   if (!in_pool(seg)) list_push(&pools[seg->pool], seg);
   if (seg->used_pages == SEG_META_PAGES) { /* empty: back to the OS */
     list_remove(&pools[seg->pool], seg);

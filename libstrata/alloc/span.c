@@ -64,11 +64,9 @@ static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n
     page_t *s = c->partial;
     if (!s) {
       size_t npages = _strata_span_pages(size);
-      s = _strata_pages_alloc(a->pool, npages, npages, NULL);
+      s = _strata_pages_alloc(a->pool, npages, npages, NULL, PK_SPAN);
       if (!s) break;
-      s->kind = PK_SPAN;
       s->arena = a;
-      s->u.span.npages = (uint32_t)npages;
       for (size_t i = 0; i < npages; i++) { /* free() finds class and arena on any page */
         s[i].cls = (uint8_t)cls;
         s[i].shared = (uint8_t)a->shared;
@@ -88,6 +86,7 @@ static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n
       s->u.span.used++;
       got++;
     }
+    _strata_check_span(s);
     if (!s->u.span.free && s->u.span.bump == s->u.span.capacity) partial_remove(c, s);
   }
   pthread_mutex_unlock(&c->lock);
@@ -107,6 +106,7 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
     s->u.span.free = b;
     s->u.span.used--;
     if (!s->in_list) partial_push(c, s);
+    if (!chain || _strata_page_of(chain) != s) _strata_check_span(s); /* the span's last block here */
     if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
       partial_remove(c, s);
       _strata_tags_release(s);

@@ -1,6 +1,6 @@
 /* context.c: allocation contexts (hmalloc, bkmalloc): call stack + size class -> a context
  * with counters and a placement directive, kept in the shared-memory channel
- * (include/strata_channel.h) where a daemon can read and steer them.
+ * (channel/channel.c) where a daemon can read and steer them.
  *
  * Capturing the call stack never allocates:
  *   fp    (default) walks frame pointers, checking every frame lies inside this thread's
@@ -22,16 +22,7 @@
 #include <unistd.h>
 #include <unwind.h>
 
-#define CONTEXT_CAPACITY ((uint64_t)1 << 16) /* tags are 16 bits */
-#define OBJECT_CAPACITY ((uint64_t)1 << 20)
-
 _Atomic bool _strata_contexts_on;
-static strata_channel_header_t *_Atomic channel;
-pthread_mutex_t _strata_channel_lock = PTHREAD_MUTEX_INITIALIZER;
-#define channel_lock _strata_channel_lock
-static size_t channel_size;
-static int channel_fd = -1; /* kept open: the region's only handle once its name is gone */
-static uint32_t object_free_head; /* free list of objects[] slots, via next; channel_lock */
 
 static __thread bool in_capture __attribute__((tls_model("initial-exec")));
 static __thread uintptr_t stack_hi __attribute__((tls_model("initial-exec")));
@@ -44,83 +35,6 @@ static int ntext;
 static uintptr_t main_stack_hi; /* end of the [stack] mapping */
 static int capture_depth = STRATA_CONTEXT_FRAMES;
 static bool capture_dwarf;
-
-/* ---- the channel region -------------------------------------------------------------------- */
-
-static strata_context_t *contexts(strata_channel_header_t *h) {
-  return (strata_context_t *)((char *)h + h->contexts_offset);
-}
-static strata_object_t *objects(strata_channel_header_t *h) {
-  return (strata_object_t *)((char *)h + h->objects_offset);
-}
-
-void _strata_channel_name(char *buf, size_t n, long pid) {
-  snprintf(buf, n, "/dev/shm/strata.%ld", pid);
-}
-
-/* Create this process's region (shared memory when /dev/shm works, else private). */
-static strata_channel_header_t *channel_create(void) {
-  size_t hdr = align_up(sizeof(strata_channel_header_t), 64);
-  size_t ctx_off = hdr, obj_off = align_up(ctx_off + CONTEXT_CAPACITY * sizeof(strata_context_t), 4096);
-  size_t size = align_up(obj_off + OBJECT_CAPACITY * sizeof(strata_object_t), 4096);
-  long pid = (long)getpid();
-  char name[64];
-  _strata_channel_name(name, sizeof name, pid);
-  void *m = MAP_FAILED;
-  int fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    /* unlinked at once: the region lives exactly as long as this process, whatever way it
-     * ends (_exit, a signal, exec), and a daemon opens it through /proc/<pid>/fd */
-    unlink(name);
-    if (ftruncate(fd, (off_t)size) == 0)
-      m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) close(fd);
-    else channel_fd = fd;
-  }
-  if (m == MAP_FAILED) {
-    _strata_message("strata: cannot share contexts in %s (errno %d); keeping them private\n", name, errno);
-    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return NULL;
-  }
-  strata_channel_header_t *h = m;
-  h->magic = STRATA_CHANNEL_MAGIC;
-  h->version = STRATA_CHANNEL_VERSION;
-  h->header_bytes = sizeof *h;
-  h->pid = pid;
-  h->context_capacity = CONTEXT_CAPACITY;
-  h->context_bytes = sizeof(strata_context_t);
-  h->contexts_offset = ctx_off;
-  h->object_capacity = OBJECT_CAPACITY;
-  h->object_bytes = sizeof(strata_object_t);
-  h->objects_offset = obj_off;
-  h->objects_high = 1; /* slot 0 means "no record" */
-  channel_size = size;
-  object_free_head = 0;
-  return h;
-}
-
-strata_channel_header_t *_strata_channel(void) {
-  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
-  if (likely(h)) return h;
-  pthread_mutex_lock(&channel_lock);
-  h = atomic_load(&channel);
-  if (!h) {
-    h = channel_create();
-    atomic_store_explicit(&channel, h, memory_order_release);
-  }
-  pthread_mutex_unlock(&channel_lock);
-  return h;
-}
-
-/* In a forked child: the parent's region is not ours; start a new one on first use. The
- * child's inherited objects keep tags into the old table; frees check before counting. */
-void _strata_channel_forget(void) {
-  strata_channel_header_t *h = atomic_load(&channel);
-  atomic_store(&channel, NULL);
-  if (h) munmap(h, channel_size);
-  if (channel_fd >= 0) close(channel_fd);
-  channel_fd = -1;
-}
 
 /* ---- capture ----------------------------------------------------------------------------- */
 
@@ -230,40 +144,17 @@ uint32_t _strata_context_of(size_t size, void *ret, void *frame) {
   }
   size_t cls = size <= SMALL_MAX ? _strata_class_of(size) : 0;
   uint64_t id = hash_frames(f, n, cls ? cls : 64 - (size_t)__builtin_clzl(size));
-  uint32_t idx = 0;
-  strata_channel_header_t *h = _strata_channel();
-  if (h) {
-    strata_context_t *t = contexts(h);
-    uint64_t mask = h->context_capacity - 1;
-    for (uint64_t probe = 0; probe < 64; probe++) {
-      uint64_t i = (id + probe) & mask;
-      if (i == 0) continue;
-      _Atomic uint64_t *slot = (_Atomic uint64_t *)&t[i].id;
-      uint64_t cur = atomic_load_explicit(slot, memory_order_acquire);
-      if (cur == id) { idx = (uint32_t)i; break; }
-      if (cur == 0) {
-        uint64_t zero = 0;
-        if (atomic_compare_exchange_strong(slot, &zero, id)) {
-          t[i].size_class = (uint32_t)cls;
-          t[i].nframes = (uint32_t)n;
-          memcpy(t[i].frames, f, (size_t)n * sizeof f[0]);
-          _strata_rules_apply(&t[i]); /* symbol lookups: once per context */
-          atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_used, 1, memory_order_relaxed);
-          idx = (uint32_t)i;
-          break;
-        }
-        if (zero == id) { idx = (uint32_t)i; break; }
-      }
-    }
-    if (!idx) atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_dropped, 1, memory_order_relaxed);
+  bool created = false;
+  uint32_t idx = _strata_channel_context(id, &created);
+  strata_context_t *c = created ? _strata_context(idx) : NULL;
+  if (c) {
+    c->size_class = (uint32_t)cls;
+    c->nframes = (uint32_t)n;
+    memcpy(c->frames, f, (size_t)n * sizeof f[0]);
+    _strata_rules_apply(c); /* symbol lookups: once per context */
   }
   in_capture = false;
   return idx;
-}
-
-strata_context_t *_strata_context(uint32_t idx) {
-  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
-  return h && idx && idx < h->context_capacity ? &contexts(h)[idx] : NULL;
 }
 
 #define CTR(c, f) ((_Atomic uint64_t *)&(c)->f)
@@ -331,51 +222,6 @@ void _strata_context_free(uint32_t idx, size_t usable) {
   q->frees++;
   q->live_bytes -= (int64_t)usable;
   if (++q->events >= PENDING_MAX) pending_flush(q);
-}
-
-/* ---- tracked objects ------------------------------------------------------------------------ */
-
-/* Record [p, p+len) for context idx, in 64 MiB pieces; returns the first record, 0 if none. */
-uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
-  strata_channel_header_t *h = _strata_channel();
-  if (!h) return 0;
-  strata_object_t *o = objects(h);
-  uint32_t first = 0, prev = 0;
-  pthread_mutex_lock(&channel_lock);
-  for (size_t off = 0; off < len; off += STRATA_OBJECT_RECORD_MAX) {
-    uint32_t r = object_free_head;
-    if (r) object_free_head = o[r].next;
-    else if (h->objects_high < h->object_capacity) r = (uint32_t)h->objects_high++;
-    else {
-      h->objects_dropped++;
-      break;
-    }
-    o[r].len = len - off < STRATA_OBJECT_RECORD_MAX ? len - off : STRATA_OBJECT_RECORD_MAX;
-    o[r].context = idx;
-    o[r].next = 0;
-    atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, (uint64_t)(uintptr_t)p + off, memory_order_release);
-    if (prev) o[prev].next = r;
-    else first = r;
-    prev = r;
-  }
-  pthread_mutex_unlock(&channel_lock);
-  return first;
-}
-
-void _strata_untrack(uint32_t first, const void *p) {
-  strata_channel_header_t *h = atomic_load(&channel);
-  if (!h || !first || first >= h->objects_high) return;
-  strata_object_t *o = objects(h);
-  pthread_mutex_lock(&channel_lock);
-  if (o[first].addr == (uint64_t)(uintptr_t)p) { /* not a stale record from before a fork */
-    for (uint32_t r = first, next; r; r = next) {
-      next = o[r].next;
-      atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, 0, memory_order_release);
-      o[r].next = object_free_head;
-      object_free_head = r;
-    }
-  }
-  pthread_mutex_unlock(&channel_lock);
 }
 
 void _strata_contexts_start(void) {

@@ -3,55 +3,13 @@
  * stack (dladdr, at report time), and where its tracked objects' pages are, from the
  * machine. JSON, one object; read by `strata run`. */
 #include "internal.h"
+#include "util/json.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-typedef struct out_s {
-  int fd;
-  char buf[16384];
-  size_t len;
-} out_t;
-
-static void flush(out_t *o) {
-  size_t off = 0;
-  while (off < o->len) {
-    ssize_t w = write(o->fd, o->buf + off, o->len - off);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  o->len = 0;
-}
-
-static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(out_t *o, const char *fmt, ...) {
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if ((size_t)n >= sizeof tmp) n = sizeof tmp - 1;
-  if (o->len + (size_t)n > sizeof o->buf) flush(o);
-  memcpy(o->buf + o->len, tmp, (size_t)n);
-  o->len += (size_t)n;
-}
-
-/* a JSON string: quotes and control characters escaped */
-static void put_str(out_t *o, const char *s) {
-  put(o, "\"");
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') put(o, "\\%c", c);
-    else if (c < 0x20) put(o, "\\u%04x", c);
-    else put(o, "%c", c);
-  }
-  put(o, "\"");
-}
 
 static const char *directive_name(int32_t d, char *buf, size_t n) {
   switch (d) {
@@ -79,21 +37,22 @@ void _strata_report_write(void) {
     }
   }
   file[k] = 0;
-  static out_t o;
-  o.fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  o.len = 0;
-  if (o.fd < 0) {
+  static char buf[16384];
+  strata_json_t o;
+  int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
     _strata_set_in_capture(was);
     return;
   }
+  _strata_json_init(&o, fd, buf, sizeof buf);
   strata_context_t *ctx = (strata_context_t *)((char *)h + h->contexts_offset);
   strata_object_t *obj = (strata_object_t *)((char *)h + h->objects_offset);
   char exe[512];
   ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[el > 0 ? el : 0] = 0;
-  put(&o, "{\"pid\":%lld,\"exe\":", (long long)h->pid);
-  put_str(&o, exe);
-  put(&o, ",\"contexts_used\":%llu,\"contexts_dropped\":%llu,\"objects_dropped\":%llu,\"contexts\":[",
+  _strata_json_put(&o, "{\"pid\":%lld,\"exe\":", (long long)h->pid);
+  _strata_json_str(&o, exe);
+  _strata_json_put(&o, ",\"contexts_used\":%llu,\"contexts_dropped\":%llu,\"objects_dropped\":%llu,\"contexts\":[",
       (unsigned long long)h->contexts_used, (unsigned long long)h->contexts_dropped,
       (unsigned long long)h->objects_dropped);
   int first = 1;
@@ -101,7 +60,7 @@ void _strata_report_write(void) {
     strata_context_t *c = &ctx[i];
     if (!c->id || !c->allocs) continue;
     char dbuf[24];
-    put(&o, "%s{\"index\":%llu,\"id\":\"%016llx\",\"size_class\":%u,\"class_bytes\":%zu,\"directive\":\"%s\","
+    _strata_json_put(&o, "%s{\"index\":%llu,\"id\":\"%016llx\",\"size_class\":%u,\"class_bytes\":%zu,\"directive\":\"%s\","
             "\"rule\":%u,\"allocs\":%llu,\"frees\":%llu,\"live_objects\":%llu,\"live_bytes\":%llu,"
             "\"bytes_allocated\":%llu,",
         first ? "" : ",", (unsigned long long)i, (unsigned long long)c->id, c->size_class,
@@ -121,39 +80,39 @@ void _strata_report_write(void) {
       for (int t = 0; t < STRATA_MAX_TIERS; t++) total.tier_bytes[t] += r.tier_bytes[t];
       for (int nd = 0; nd < STRATA_MAX_NODES; nd++) total.node_bytes[nd] += r.node_bytes[nd];
     }
-    put(&o, "\"tracked_bytes\":%llu,\"resident_node_bytes\":{", (unsigned long long)tracked);
+    _strata_json_put(&o, "\"tracked_bytes\":%llu,\"resident_node_bytes\":{", (unsigned long long)tracked);
     int f2 = 1;
     for (int nd = 0; nd < STRATA_MAX_NODES; nd++)
       if (total.node_bytes[nd]) {
-        put(&o, "%s\"%d\":%llu", f2 ? "" : ",", nd, (unsigned long long)total.node_bytes[nd]);
+        _strata_json_put(&o, "%s\"%d\":%llu", f2 ? "" : ",", nd, (unsigned long long)total.node_bytes[nd]);
         f2 = 0;
       }
-    put(&o, "},\"stack\":[");
+    _strata_json_put(&o, "},\"stack\":[");
     for (uint32_t f = 0; f < c->nframes; f++) {
       Dl_info info;
       void *a = (void *)(uintptr_t)c->frames[f];
-      put(&o, "%s{\"addr\":\"%p\",\"symbol\":", f ? "," : "", a);
+      _strata_json_put(&o, "%s{\"addr\":\"%p\",\"symbol\":", f ? "," : "", a);
       if (dladdr((char *)a - 1, &info) && info.dli_sname) {
         char sym[300];
         snprintf(sym, sizeof sym, "%s+0x%lx", info.dli_sname,
                  (unsigned long)((char *)a - (char *)info.dli_saddr));
-        put_str(&o, sym);
+        _strata_json_str(&o, sym);
       } else {
-        put(&o, "null");
+        _strata_json_put(&o, "null");
       }
-      put(&o, ",\"object\":");
+      _strata_json_put(&o, ",\"object\":");
       if (dladdr((char *)a - 1, &info) && info.dli_fname) {
-        put_str(&o, info.dli_fname);
-        put(&o, ",\"offset\":\"0x%lx\"", (unsigned long)((char *)a - (char *)info.dli_fbase));
+        _strata_json_str(&o, info.dli_fname);
+        _strata_json_put(&o, ",\"offset\":\"0x%lx\"", (unsigned long)((char *)a - (char *)info.dli_fbase));
       } else {
-        put(&o, "null");
+        _strata_json_put(&o, "null");
       }
-      put(&o, "}");
+      _strata_json_put(&o, "}");
     }
-    put(&o, "]}");
+    _strata_json_put(&o, "]}");
   }
-  put(&o, "]}\n");
-  flush(&o);
-  close(o.fd);
+  _strata_json_put(&o, "]}\n");
+  _strata_json_flush(&o);
+  close(fd);
   _strata_set_in_capture(was);
 }

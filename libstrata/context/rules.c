@@ -33,7 +33,7 @@ typedef struct rule_s {
 static rule_t rules[MAX_RULES];
 static int nrules;
 
-static int parse_directive(const char *s, int32_t *out) {
+int _strata_parse_directive(const char *s, int32_t *out) {
   if (!strcmp(s, "default")) *out = STRATA_DIRECTIVE_DEFAULT;
   else if (!strcmp(s, "fast")) *out = STRATA_DIRECTIVE_FAST;
   else if (!strcmp(s, "slow")) *out = STRATA_DIRECTIVE_SLOW;
@@ -61,7 +61,7 @@ static int parse(char *text, rule_t *out, int max, char *err, size_t errn) {
     }
     rule_t r;
     memset(&r, 0, sizeof r);
-    if (parse_directive(tok, &r.directive)) {
+    if (_strata_parse_directive(tok, &r.directive)) {
       snprintf(err, errn, "line %d: '%s' is not a directive (default, fast, slow, tier:N)", lineno, tok);
       return -1;
     }

@@ -1,7 +1,7 @@
 /* linux.c: the Linux machine. Memory comes from mmap; placement goes through the NUMA
  * system calls (mbind, move_pages), called directly so libstrata needs no libnuma.
  *
- * The machine is reached through _strata_machine, so the emulated machine can stand in for
+ * The machine is reached through _strata_machine() (init.c), so the emulated machine can stand in for
  * this one without libstrata knowing: topo.c switches to it when the program is linked with
  * libstrata_emu.so (see machine.h). */
 #include "internal.h"
@@ -15,6 +15,7 @@
 #define MPOL_PREFERRED 1
 #define MPOL_BIND 2
 #define MPOL_INTERLEAVE 3
+#define MPOL_PREFERRED_MANY 5 /* Linux 5.15 */
 #define MPOL_MF_MOVE (1 << 1)
 
 void *_strata_prim_map(size_t size, size_t align) {
@@ -38,16 +39,20 @@ void _strata_prim_unmap(void *p, size_t size) { munmap(p, size); }
 
 void _strata_prim_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
 
+/* Preferred: the tier's nodes nearest first, then any (MPOL_PREFERRED_MANY); on a kernel
+ * without it, the lowest node of the tier. */
 static int linux_bind(void *p, size_t len, uint64_t nodemask, int mode) {
-  unsigned long mask = (unsigned long)nodemask;
-  int mpol = MPOL_BIND;
-  if (mode == BIND_INTERLEAVE) mpol = MPOL_INTERLEAVE;
-  if (mode == BIND_PREFERRED) {
-    mpol = MPOL_PREFERRED; /* one node: the lowest of the tier */
-    mask = nodemask & (~nodemask + 1);
+  unsigned long mask = (unsigned long)nodemask, lowest = nodemask & (~nodemask + 1);
+  int mpol = mode == BIND_INTERLEAVE ? MPOL_INTERLEAVE : mode == BIND_PREFERRED ? MPOL_PREFERRED : MPOL_BIND;
+  if (mode == BIND_PREFERRED && mask != lowest) {
+    if (syscall(SYS_mbind, p, len, MPOL_PREFERRED_MANY, &mask, (unsigned long)STRATA_MAX_NODES + 1, 0) == 0)
+      return 0;
+    if (errno != EINVAL) return -errno;
+    mask = lowest;
+  } else if (mode == BIND_PREFERRED) {
+    mask = lowest;
   }
-  if (syscall(SYS_mbind, p, len, mpol, &mask, (unsigned long)STRATA_MAX_NODES + 1, 0) != 0)
-    return -errno;
+  if (syscall(SYS_mbind, p, len, mpol, &mask, (unsigned long)STRATA_MAX_NODES + 1, 0) != 0) return -errno;
   return 0;
 }
 
@@ -63,7 +68,6 @@ static int linux_move(void *const *pages, size_t n, const int *nodes, int *statu
 }
 
 const strata_machine_t _strata_machine_linux = {"linux", linux_bind, linux_where, linux_move, NULL};
-const strata_machine_t *_strata_machine = &_strata_machine_linux;
 
 /* Provided by the emulated machine when the program is linked with it. */
 __attribute__((weak, visibility("default"))) uint64_t strata_emu_now_ns(void);

@@ -1,7 +1,8 @@
 /* machine.h: the machine interface. Everything that touches physical placement goes through
- * it. Two implementations: linux.c (NUMA system calls) and the emulated machine (emu/api.c),
+ * it. Two implementations: linux.c (NUMA system calls) and the emulated machine (emu/machine.c),
  * which a program linked with libstrata_emu.so provides as strata_emu_machine(); libstrata
- * then uses it instead of Linux, so the same libstrata places pages on emulated nodes. */
+ * then uses it instead of Linux (init.c chooses), so the same libstrata places pages on
+ * emulated nodes. */
 #ifndef STRATA_MACHINE_H
 #define STRATA_MACHINE_H
 

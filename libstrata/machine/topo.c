@@ -250,8 +250,8 @@ static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
 
 static void topo_init(void) {
   static strata_topology_t t;
-  if (strata_emu_machine) _strata_machine = strata_emu_machine();
-  if (_strata_machine->topology && _strata_machine->topology(&t) == 0) {
+  const strata_machine_t *m = _strata_machine();
+  if (m->topology && m->topology(&t) == 0) {
     process_topo = &t;
     return;
   }
@@ -269,7 +269,7 @@ static void topo_init(void) {
   process_topo = &t;
 }
 
-/* The process topology; also decides the machine (Linux, or the emulated one). */
+/* The process topology: the machine's own (the emulated one has it), else sysfs. */
 const strata_topology_t *strata_topology(void) {
   pthread_once(&topo_once, topo_init);
   return process_topo;

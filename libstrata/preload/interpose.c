@@ -30,7 +30,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   void *p;
   if (!atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed) || size < context_min ||
       _strata_in_capture()) {
-    arena_t *a = _strata_shared(size < fast_below ? 1 : 0);
+    arena_t *a = size < fast_below ? _strata_shared(1) : _strata_directive_arena(STRATA_DIRECTIVE_DEFAULT);
     if (likely(align <= GRANULE && size <= SMALL_MAX)) {
       size_t cls = _strata_class_of(size);
       p = _strata_tcache_pop((size_t)a->shared, cls);
@@ -232,6 +232,7 @@ __attribute__((constructor(101))) static void preload_start(void) {
   context_min = (size_t)_strata_option(OPT_CONTEXT_MIN);
   track_min = (size_t)_strata_option(OPT_TRACK_MIN);
   if (context_min < 1) context_min = 1;
+  _strata_process_directive_init();
   if (!_strata_option(OPT_CONTEXTS)) return;
   _strata_rules_load();
   _strata_contexts_start();

@@ -1,0 +1,93 @@
+/* report.c: the report written at exit to $STRATA_EMU_REPORT, which `strata emu run` reads
+ * (crates/strata-emu's Report mirrors it; bump "version" when its shape changes). */
+#include "emu.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "util/json.h"
+
+static void put_counters(strata_json_t *o, const uint64_t *v) {
+  static const char *const names[] = {
+#define X(n) #n,
+#define D(n, e) #n,
+      EMU_COUNTERS(X, D)
+#undef X
+#undef D
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    _strata_json_put(o, "%s\"%s\": %llu", i ? ", " : "", names[i], (unsigned long long)v[i]);
+}
+
+static void counters_of(const emu_thread_t *t, uint64_t *v) {
+  int i = 0;
+#define X(n) v[i++] = t->n;
+#define D(n, e) v[i++] = (e);
+  EMU_COUNTERS(X, D)
+#undef X
+#undef D
+}
+
+__attribute__((destructor)) static void report(void) {
+  const char *path = getenv("STRATA_EMU_REPORT");
+  if (!path || !*path) return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  strata_json_t o;
+  _strata_json_init(&o, fd, buf, sizeof buf);
+  enum { N = 0
+#define X(n) +1
+#define D(n, e) +1
+               EMU_COUNTERS(X, D)
+#undef X
+#undef D
+  };
+  uint64_t total[N] = {0}, v[N], sim_ps = 0, node_acc[EMU_MAX_NODES] = {0};
+  int nt = emu_nthreads();
+  for (int i = 0; i < nt; i++) {
+    emu_thread_t *t = emu_thread_at(i);
+    counters_of(t, v);
+    for (int k = 0; k < N; k++) total[k] += v[k];
+    if (t->clock_ps > sim_ps) sim_ps = t->clock_ps;
+    for (int n = 0; n < emu_cfg.nnodes; n++) node_acc[n] += t->node_accesses[n];
+  }
+  _strata_json_put(&o, "{\"version\": 2, \"preset\": ");
+  _strata_json_str(&o, emu_cfg.preset);
+  _strata_json_put(&o, ", \"kernel\": \"%s\", \"sim_ns\": %llu, \"threads\": %d,\n \"peak_resident_pages\": %llu,\n",
+                   emu_kernel_name(emu_cfg.kernel), (unsigned long long)(sim_ps / 1000), nt,
+                   (unsigned long long)emu_peak_resident);
+  _strata_json_put(&o, " \"totals\": {");
+  put_counters(&o, total);
+  _strata_json_put(&o, "},\n \"background\": {\"ns\": %llu, \"moved_pages\": %llu, \"promoted_pages\": %llu, "
+                       "\"demoted_pages\": %llu, \"shootdowns\": %llu, \"scan_ns\": %llu, \"scanned_pages\": %llu},\n",
+                   (unsigned long long)(atomic_load(&emu_bg_ps) / 1000), (unsigned long long)emu_bg_counter(0),
+                   (unsigned long long)emu_bg_counter(1), (unsigned long long)emu_bg_counter(2),
+                   (unsigned long long)emu_bg_counter(3), (unsigned long long)(atomic_load(&emu_scan_ps) / 1000),
+                   (unsigned long long)emu_walked_pages());
+  _strata_json_put(&o, " \"nodes\": [");
+  for (int n = 0; n < emu_cfg.nnodes; n++)
+    _strata_json_put(&o, "%s{\"node\": %d, \"resident_pages\": %llu, \"capacity_pages\": %llu, \"memory_accesses\": %llu}",
+                     n ? ", " : "", n, (unsigned long long)atomic_load(&emu_resident[n]),
+                     (unsigned long long)(emu_cfg.cap_bytes[n] >> EMU_PAGE_SHIFT), (unsigned long long)node_acc[n]);
+  _strata_json_put(&o, "],\n \"samples_lost\": %llu, \"hint_fault_events_lost\": %llu,\n \"per_thread\": [",
+                   (unsigned long long)emu_samples_lost(), (unsigned long long)emu_fault_events_lost());
+  for (int i = 0; i < nt; i++) {
+    emu_thread_t *t = emu_thread_at(i);
+    counters_of(t, v);
+    _strata_json_put(&o, "%s\n  {\"thread\": %d, \"sim_ns\": %llu, ", i ? "," : "", i,
+                     (unsigned long long)(t->clock_ps / 1000));
+    put_counters(&o, v);
+    _strata_json_put(&o, "}");
+  }
+  _strata_json_put(&o, "]");
+  const char *engine = emu_engine_report(emu_self);
+  if (engine) {
+    _strata_json_put(&o, ",\n \"engine\": ");
+    _strata_json_put(&o, "%s", engine);
+  }
+  _strata_json_put(&o, "}\n");
+  _strata_json_flush(&o);
+  close(fd);
+}

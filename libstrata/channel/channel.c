@@ -1,0 +1,190 @@
+/* channel.c: the region a process shares with a tiering daemon (include/strata_channel.h):
+ * its creation, the context table's slots and the tracked objects' records. What goes into a
+ * context (its stack, rules, counters) is context/context.c's business.
+ *
+ * The region is created on first use as /dev/shm/strata.<pid> and unlinked at once, so it
+ * lives exactly as long as the process; where /dev/shm does not work it is private memory
+ * and the process keeps its contexts to itself. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define CONTEXT_CAPACITY ((uint64_t)1 << 16) /* tags are 16 bits */
+#define OBJECT_CAPACITY ((uint64_t)1 << 20)
+#define CONTEXT_PROBES 64                    /* open addressing: slots tried per id */
+
+static strata_channel_header_t *_Atomic channel;
+pthread_mutex_t _strata_channel_lock = PTHREAD_MUTEX_INITIALIZER;
+#define channel_lock _strata_channel_lock
+static size_t channel_size;
+static int channel_fd = -1; /* kept open: the region's only handle once its name is gone */
+static uint32_t object_free_head; /* free list of objects[] slots, via next; channel_lock */
+static int32_t initial_directive = STRATA_DIRECTIVE_DEFAULT; /* STRATA_DIRECTIVE */
+
+static strata_context_t *contexts(strata_channel_header_t *h) {
+  return (strata_context_t *)((char *)h + h->contexts_offset);
+}
+static strata_object_t *objects(strata_channel_header_t *h) {
+  return (strata_object_t *)((char *)h + h->objects_offset);
+}
+
+/* Create this process's region (shared memory when /dev/shm works, else private). */
+static strata_channel_header_t *channel_create(void) {
+  size_t hdr = align_up(sizeof(strata_channel_header_t), 64);
+  size_t ctx_off = hdr, obj_off = align_up(ctx_off + CONTEXT_CAPACITY * sizeof(strata_context_t), 4096);
+  size_t size = align_up(obj_off + OBJECT_CAPACITY * sizeof(strata_object_t), 4096);
+  long pid = (long)getpid();
+  char name[64];
+  snprintf(name, sizeof name, "/dev/shm/strata.%ld", pid);
+  void *m = MAP_FAILED;
+  int fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    /* unlinked at once: the region lives exactly as long as this process, whatever way it
+     * ends (_exit, a signal, exec), and a daemon opens it through /proc/<pid>/fd */
+    unlink(name);
+    if (ftruncate(fd, (off_t)size) == 0)
+      m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) close(fd);
+    else channel_fd = fd;
+  }
+  if (m == MAP_FAILED) {
+    _strata_message("strata: cannot share contexts in %s (errno %d); keeping them private\n", name, errno);
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+  }
+  strata_channel_header_t *h = m;
+  h->magic = STRATA_CHANNEL_MAGIC;
+  h->version = STRATA_CHANNEL_VERSION;
+  h->header_bytes = sizeof *h;
+  h->pid = pid;
+  h->context_capacity = CONTEXT_CAPACITY;
+  h->context_bytes = sizeof(strata_context_t);
+  h->contexts_offset = ctx_off;
+  h->object_capacity = OBJECT_CAPACITY;
+  h->object_bytes = sizeof(strata_object_t);
+  h->objects_offset = obj_off;
+  h->objects_high = 1; /* slot 0 means "no record" */
+  h->default_directive = initial_directive;
+  channel_size = size;
+  object_free_head = 0;
+  return h;
+}
+
+strata_channel_header_t *_strata_channel(void) {
+  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
+  if (likely(h)) return h;
+  pthread_mutex_lock(&channel_lock);
+  h = atomic_load(&channel);
+  if (!h) {
+    h = channel_create();
+    atomic_store_explicit(&channel, h, memory_order_release);
+  }
+  pthread_mutex_unlock(&channel_lock);
+  return h;
+}
+
+/* In a forked child: the parent's region is not ours; start a new one on first use. The
+ * child's inherited objects keep tags into the old table; frees check before counting. */
+void _strata_channel_forget(void) {
+  strata_channel_header_t *h = atomic_load(&channel);
+  atomic_store(&channel, NULL);
+  if (h) munmap(h, channel_size);
+  if (channel_fd >= 0) close(channel_fd);
+  channel_fd = -1;
+}
+
+/* ---- contexts ------------------------------------------------------------------------------ */
+
+uint32_t _strata_channel_context(uint64_t id, bool *created) {
+  strata_channel_header_t *h = _strata_channel();
+  *created = false;
+  if (!h) return 0;
+  strata_context_t *t = contexts(h);
+  uint64_t mask = h->context_capacity - 1;
+  for (uint64_t probe = 0; probe < CONTEXT_PROBES; probe++) {
+    uint64_t i = (id + probe) & mask;
+    if (i == 0) continue;
+    _Atomic uint64_t *slot = (_Atomic uint64_t *)&t[i].id;
+    uint64_t cur = atomic_load_explicit(slot, memory_order_acquire);
+    if (cur == id) return (uint32_t)i;
+    if (cur != 0) continue;
+    uint64_t zero = 0;
+    if (atomic_compare_exchange_strong(slot, &zero, id)) {
+      atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_used, 1, memory_order_relaxed);
+      *created = true;
+      return (uint32_t)i;
+    }
+    if (zero == id) return (uint32_t)i; /* another thread claimed it for the same id */
+  }
+  atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_dropped, 1, memory_order_relaxed);
+  return 0;
+}
+
+/* The process's default directive (STRATA_DIRECTIVE at start, then the daemon's to set), for
+ * allocations whose context has the default directive or that have none. Never creates the
+ * channel. */
+void _strata_process_directive_init(void) {
+  const char *s = _strata_option_str(OPT_DIRECTIVE);
+  if (s && *s && _strata_parse_directive(s, &initial_directive))
+    _strata_message("strata: STRATA_DIRECTIVE='%s' is not a directive (default, fast, slow, tier:N); "
+                    "keeping the default\n", s);
+}
+
+int32_t _strata_process_directive(void) {
+  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
+  return h ? __atomic_load_n(&h->default_directive, __ATOMIC_RELAXED) : initial_directive;
+}
+
+strata_context_t *_strata_context(uint32_t idx) {
+  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
+  return h && idx && idx < h->context_capacity ? &contexts(h)[idx] : NULL;
+}
+
+/* ---- tracked objects ----------------------------------------------------------------------- */
+
+/* Record [p, p+len) for context idx, in 64 MiB pieces; returns the first record, 0 if none. */
+uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
+  strata_channel_header_t *h = _strata_channel();
+  if (!h) return 0;
+  strata_object_t *o = objects(h);
+  uint32_t first = 0, prev = 0;
+  pthread_mutex_lock(&channel_lock);
+  for (size_t off = 0; off < len; off += STRATA_OBJECT_RECORD_MAX) {
+    uint32_t r = object_free_head;
+    if (r) object_free_head = o[r].next;
+    else if (h->objects_high < h->object_capacity) r = (uint32_t)h->objects_high++;
+    else {
+      h->objects_dropped++;
+      break;
+    }
+    o[r].len = len - off < STRATA_OBJECT_RECORD_MAX ? len - off : STRATA_OBJECT_RECORD_MAX;
+    o[r].context = idx;
+    o[r].next = 0;
+    atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, (uint64_t)(uintptr_t)p + off, memory_order_release);
+    if (prev) o[prev].next = r;
+    else first = r;
+    prev = r;
+  }
+  pthread_mutex_unlock(&channel_lock);
+  return first;
+}
+
+void _strata_untrack(uint32_t first, const void *p) {
+  strata_channel_header_t *h = atomic_load(&channel);
+  if (!h || !first || first >= h->objects_high) return;
+  strata_object_t *o = objects(h);
+  pthread_mutex_lock(&channel_lock);
+  if (o[first].addr == (uint64_t)(uintptr_t)p) { /* not a stale record from before a fork */
+    for (uint32_t r = first, next; r; r = next) {
+      next = o[r].next;
+      atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, 0, memory_order_release);
+      o[r].next = object_free_head;
+      object_free_head = r;
+    }
+  }
+  pthread_mutex_unlock(&channel_lock);
+}
