@@ -4,10 +4,7 @@
 use std::path::{Path, PathBuf};
 
 fn c_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .expect("libstrata source")
-        .flatten()
-        .collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir).expect("libstrata source").flatten().collect();
     entries.sort_by_key(|e| e.path());
     for e in entries {
         let p = e.path();
@@ -42,14 +39,8 @@ fn main() {
         build.file(f);
         println!("cargo:rerun-if-changed={}", f.display());
     }
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join("include/strata.h").display()
-    );
-    println!(
-        "cargo:rerun-if-changed={}",
-        src.join("internal.h").display()
-    );
+    println!("cargo:rerun-if-changed={}", root.join("include/strata.h").display());
+    println!("cargo:rerun-if-changed={}", src.join("internal.h").display());
     build.compile("strata");
     println!("cargo:rustc-link-lib=pthread");
 }

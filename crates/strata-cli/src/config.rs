@@ -27,8 +27,7 @@ pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
     let Some(path) = path else {
         return Ok(Config::default());
     };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let cfg: Config = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
     set_default_env("STRATA_TIERS", cfg.topology.tiers.as_deref());
     set_default_env("STRATA_SYSFS", cfg.topology.sysfs.as_deref());

@@ -6,7 +6,7 @@ use strata_kv::resp::Limits;
 use strata_kv::server::{Config, Server};
 use strata_kv::{Store, Variant};
 
-use crate::output::parse_size;
+use strata_util::size::parse as parse_size;
 
 #[derive(clap::Subcommand)]
 pub enum KvCommand {
@@ -36,9 +36,11 @@ pub struct ServeArgs {
 
 pub fn run(c: KvCommand) -> anyhow::Result<i32> {
     let KvCommand::Serve(a) = c;
-    let variant = Variant::parse(&a.variant).with_context(|| format!("unknown variant '{}' (std, nextto, nextto-split)", a.variant))?;
+    let variant = Variant::parse(&a.variant)
+        .with_context(|| format!("unknown variant '{}' (std, nextto, nextto-split)", a.variant))?;
     let store = Arc::new(Store::new(variant, a.buckets));
-    let cfg = Config { limits: Limits { max_bulk: a.max_bulk as usize, ..Limits::default() }, max_clients: a.max_clients };
+    let cfg =
+        Config { limits: Limits { max_bulk: a.max_bulk as usize, ..Limits::default() }, max_clients: a.max_clients };
     let server = Server::bind(&a.addr, store.clone(), cfg).with_context(|| format!("listening on {}", a.addr))?;
     eprintln!("[kv] strata-kv ({}) listening on {}, {} buckets", variant.name(), server.local_addr()?, store.buckets());
     server.serve()?;

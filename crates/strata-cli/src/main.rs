@@ -29,7 +29,9 @@ Examples:
   strata emu cc -O2 x.c -o x       build a C program for the emulated machine
   strata emu run --preset m2t --fast-ratio 0.25 --kernel tpp -- ./x
                                    run it on emulated tiers; report caches, TLBs, migrations
-  strata emu validate              the emulator vs cachegrind and vs native runs";
+  strata emu settings              every emulator setting and preset
+  strata emu validate              the emulator vs cachegrind and vs native runs
+  strata bench summary             the saved runs in bench/results, as tables";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
@@ -50,22 +52,22 @@ enum Command {
     /// The strata-kv key-value server (M2T's case study), speaking the Redis protocol
     #[command(subcommand)]
     Kv(kv::KvCommand),
-    /// Run a benchmark (native measurements on this machine)
+    /// Run a benchmark (ratios measured side by side; native or on the emulated machine)
     #[command(subcommand)]
     Bench(bench::Command),
     /// The emulated tiered machine: build programs for it, run them, validate it
     #[command(subcommand)]
-    Emu(emu::EmuCommand),
+    Emu(emu::Command),
     /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
     #[command(subcommand)]
-    Vm(vm::VmCommand),
+    Vm(vm::Command),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = config::load(cli.config.as_deref()).and_then(|cfg| match cli.command {
         Command::Topo(a) => topo::run(a, &cfg).map(|()| 0),
-        Command::Bench(b) => bench::run(b, &cfg).map(|()| 0),
+        Command::Bench(b) => bench::run(b).map(|()| 0),
         Command::Run(a) => run::run(a),
         Command::Kv(k) => kv::run(k),
         Command::Vm(v) => vm::run(v),
@@ -74,9 +76,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            {
+            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
                 std::process::exit(0);
             }
             eprintln!("strata: {e:#}");

@@ -1,6 +1,9 @@
-//! Printing: data to stdout (a closed pipe surfaces as a BrokenPipe error), progress to
-//! stderr, and the units helpers every command shares.
+//! Printing: data to stdout (a closed pipe surfaces as a BrokenPipe error, which main turns
+//! into a quiet exit), progress to stderr, and the flags every data-printing command shares.
 use std::io::Write;
+use std::path::PathBuf;
+
+use strata_util::Progress;
 
 /// Write data to stdout.
 pub fn emit(text: &str) -> anyhow::Result<()> {
@@ -15,66 +18,37 @@ pub fn emit_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     emit(&(serde_json::to_string_pretty(v)? + "\n"))
 }
 
-/// A progress line on stderr (never mixed into the data on stdout).
-pub fn progress(what: &str, msg: &str) {
-    eprintln!("[{what}] {msg}");
+/// --json and --quiet.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Output {
+    /// Print JSON instead of the table (the fields are documented in docs/)
+    #[arg(long)]
+    pub json: bool,
+    /// No progress lines on stderr
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
-/// 1536 -> "1.5 KiB"
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
+impl Output {
+    pub fn progress(&self, what: &'static str) -> Progress {
+        Progress::new(what, self.quiet)
     }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
+
+    /// The report as JSON, or its table.
+    pub fn print<T: serde::Serialize>(&self, report: &T, table: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+        if self.json {
+            emit_json(report)
+        } else {
+            emit(&table(report))
+        }
     }
 }
 
-/// "64G", "512M", "4096", "1.5GiB" -> bytes
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (e.g. 4096, 512M, 64G)"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("'{s}': unknown unit '{unit}' (use K, M, G or T)")),
-    };
-    let b = v * mult as f64;
-    if !(b.is_finite() && b >= 0.0 && b < 1.8e19) {
-        return Err(format!("'{s}' is out of range"));
-    }
-    Ok(b as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64G"), Ok(64 << 30));
-        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_size(" 512m "), Ok(512 << 20));
-        assert!(parse_size("12X").is_err());
-        assert!(parse_size("G").is_err());
-        assert!(parse_size("").is_err());
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(12), "12 B");
-    }
+/// --out DIR, for the measured runs a benchmark saves as data.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Save {
+    /// Also write the report as JSON (with machine, date and command) into DIR, and its plots;
+    /// the repository keeps its runs in bench/results/CPU-MODEL/
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }

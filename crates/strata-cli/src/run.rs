@@ -9,7 +9,10 @@ use std::process::Command;
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use crate::output::{bytes, emit};
+use strata_util::find_built;
+use strata_util::size::format as bytes;
+
+use crate::output::emit;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -42,34 +45,8 @@ pub fn find_lib(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     match given {
         Some(g) if g.is_file() => Ok(std::fs::canonicalize(g)?),
         Some(g) => bail!("libstrata.so not found at {} (--lib)", g.display()),
-        None => find_built("libstrata.so", Some("STRATA_LIB"), "make lib"),
+        None => Ok(find_built("libstrata.so", Some("STRATA_LIB"), "make lib")?),
     }
-}
-
-/// A file `make` builds into build/: $env_var (if the file has one), beside this binary, or
-/// the build/ folder of the repository this binary was built from (also for target/emu/...).
-pub fn find_built(name: &str, env_var: Option<&str>, make: &str) -> anyhow::Result<PathBuf> {
-    let mut tried = Vec::new();
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(e) = env_var.and_then(std::env::var_os) {
-        candidates.push(e.into());
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            candidates.push(dir.join(name));
-            candidates.push(dir.join("../../build").join(name));
-            candidates.push(dir.join("../lib").join(name));
-        }
-    }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build").join(name));
-    for c in candidates {
-        if c.exists() {
-            return Ok(std::fs::canonicalize(&c)?);
-        }
-        tried.push(c.display().to_string());
-    }
-    let set = env_var.map(|v| format!(", or set {v}")).unwrap_or_default();
-    bail!("{name} not found (looked at {}); build it with `{make}`{set}", tried.join(", "))
 }
 
 /// Check a rules file with libstrata's own parser.
@@ -144,13 +121,21 @@ fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
             r["pid"],
             r["exe"].as_str().unwrap_or("?"),
             ctxs.len(),
-            if r["contexts_dropped"].as_u64().unwrap_or(0) > 0 { format!(", {} allocations without a context (table full)", r["contexts_dropped"]) } else { String::new() }
+            if r["contexts_dropped"].as_u64().unwrap_or(0) > 0 {
+                format!(", {} allocations without a context (table full)", r["contexts_dropped"])
+            } else {
+                String::new()
+            }
         );
         for (title, key) in [("by bytes allocated", "bytes_allocated"), ("by live bytes", "live_bytes")] {
             let mut v: Vec<&Value> = ctxs.iter().filter(|c| c[key].as_u64().unwrap_or(0) > 0).collect();
             v.sort_by_key(|c| std::cmp::Reverse(c[key].as_u64().unwrap_or(0)));
             let _ = writeln!(s, "\ntop contexts {title}:");
-            let _ = writeln!(s, "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} {}", "id", "class", "allocs", "live", "allocated", "live bytes", "directive", "resident (tracked)");
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} resident (tracked)",
+                "id", "class", "allocs", "live", "allocated", "live bytes", "directive"
+            );
             for c in v.iter().take(a.top) {
                 let res: Vec<String> = c["resident_node_bytes"]
                     .as_object()
@@ -160,7 +145,10 @@ fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
                     s,
                     "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} {}",
                     c["id"].as_str().unwrap_or("?"),
-                    match c["class_bytes"].as_u64() { Some(0) | None => "large".into(), Some(b) => bytes(b) },
+                    match c["class_bytes"].as_u64() {
+                        Some(0) | None => "large".into(),
+                        Some(b) => bytes(b),
+                    },
                     c["allocs"].as_u64().unwrap_or(0),
                     c["live_objects"].as_u64().unwrap_or(0),
                     bytes(c["bytes_allocated"].as_u64().unwrap_or(0)),
@@ -169,9 +157,15 @@ fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
                     if res.is_empty() { "-".into() } else { res.join(", ") }
                 );
                 for f in c["stack"].as_array().into_iter().flatten().take(4) {
-                    let obj = f["object"].as_str().map(|o| Path::new(o).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()).unwrap_or_default();
+                    let obj = f["object"]
+                        .as_str()
+                        .map(|o| Path::new(o).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+                        .unwrap_or_default();
                     // no dynamic symbol (a static function): the offset in its object, for addr2line
-                    let sym = f["symbol"].as_str().map(str::to_string).unwrap_or_else(|| format!("{obj}+{}", f["offset"].as_str().unwrap_or("?")));
+                    let sym = f["symbol"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("{obj}+{}", f["offset"].as_str().unwrap_or("?")));
                     let _ = writeln!(s, "      at {sym} ({obj})");
                 }
             }

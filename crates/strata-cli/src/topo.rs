@@ -1,17 +1,19 @@
 //! `strata topo`: the machine's nodes and tiers, or an emulated preset's.
 use std::fmt::Write;
 
-use strata_topo::{PresetSize, Topology};
+use strata_emu::topology::{topology, Size};
+use strata_topo::Topology;
+use strata_util::size::{format as bytes, parse as parse_size};
 
 use crate::config::{set_default_env, Config};
-use crate::output::{bytes, emit, emit_json, parse_size};
+use crate::output::{emit, emit_json};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Print JSON: {nodes: [{id, tier, ...}], tiers: [...], tier_source, notes, ...}
     #[arg(long)]
     json: bool,
-    /// Show an emulated topology instead of this machine's (presets: m2t)
+    /// Show an emulated topology instead of this machine's (`strata emu settings` lists the presets)
     #[arg(long, value_name = "PRESET")]
     emulate: Option<String>,
     /// With --emulate: multiply every tier's size by this factor
@@ -30,13 +32,7 @@ pub struct Args {
 
 pub fn run(a: Args, _cfg: &Config) -> anyhow::Result<()> {
     let topo = match &a.emulate {
-        Some(p) => strata_topo::preset(
-            p,
-            PresetSize {
-                scale: a.scale,
-                fast_bytes: a.fast_bytes,
-            },
-        )?,
+        Some(p) => topology(p, Size { scale: a.scale, fast_bytes: a.fast_bytes })?,
         None => {
             if let Some(t) = &a.tiers {
                 std::env::set_var("STRATA_TIERS", t);
@@ -44,10 +40,7 @@ pub fn run(a: Args, _cfg: &Config) -> anyhow::Result<()> {
             set_default_env("STRATA_SYSFS", a.sysfs.as_deref());
             // an explicit override is checked, not quietly ignored as libstrata must
             let root = std::env::var("STRATA_SYSFS").unwrap_or_else(|_| "/sys".into());
-            strata_topo::discover_at(
-                std::path::Path::new(&root),
-                std::env::var("STRATA_TIERS").ok().as_deref(),
-            )?;
+            strata_topo::discover_at(std::path::Path::new(&root), std::env::var("STRATA_TIERS").ok().as_deref())?;
             strata_topo::process()
         }
     };
@@ -76,16 +69,7 @@ pub fn table(t: &Topology) -> String {
     let _ = writeln!(
         s,
         "{:<5} {:<6} {:<10} {:>11} {:>11} {:>12} {:>9} {:>9} {:>10} {:>10}",
-        "node",
-        "tier",
-        "cpus",
-        "total",
-        "free",
-        "kernel tier",
-        "read lat",
-        "write lat",
-        "read bw",
-        "write bw"
+        "node", "tier", "cpus", "total", "free", "kernel tier", "read lat", "write lat", "read bw", "write bw"
     );
     for n in &t.nodes {
         let _ = writeln!(
@@ -96,8 +80,7 @@ pub fn table(t: &Topology) -> String {
             if n.cpus.is_empty() { "(none)" } else { &n.cpus },
             bytes(n.total_bytes),
             bytes(n.free_bytes),
-            n.kernel_tier
-                .map_or("-".into(), |k| format!("memory_tier{k}")),
+            n.kernel_tier.map_or("-".into(), |k| format!("memory_tier{k}")),
             opt(n.read_latency_ns, " ns"),
             opt(n.write_latency_ns, " ns"),
             opt(n.read_bandwidth_mbps.map(|b| b / 1000.0), " GB/s"),
@@ -107,11 +90,7 @@ pub fn table(t: &Topology) -> String {
     if t.nodes.iter().any(|n| !n.distances.is_empty()) {
         let _ = writeln!(s, "\ndistances (SLIT):");
         for n in &t.nodes {
-            let d: Vec<String> = n
-                .distances
-                .iter()
-                .map(|(to, d)| format!("{to}:{d}"))
-                .collect();
+            let d: Vec<String> = n.distances.iter().map(|(to, d)| format!("{to}:{d}")).collect();
             let _ = writeln!(s, "  node {}: {}", n.id, d.join(" "));
         }
     }
@@ -125,13 +104,7 @@ pub fn table(t: &Topology) -> String {
         } else {
             ""
         };
-        let _ = writeln!(
-            s,
-            "  tier {}{role}: nodes {}  {}",
-            tier.tier,
-            nodes.join(","),
-            bytes(tier.total_bytes)
-        );
+        let _ = writeln!(s, "  tier {}{role}: nodes {}  {}", tier.tier, nodes.join(","), bytes(tier.total_bytes));
     }
     for note in &t.notes {
         let _ = writeln!(s, "\nnote: {note}");

@@ -27,7 +27,21 @@ fn golden_run(args: &[&str]) -> Value {
     std::fs::copy(root().join("build/emu/access-emu"), &bin).expect("make emu builds build/emu/access-emu");
     let mut c = strata();
     c.env_clear()
-        .args(["emu", "run", "--json", "--quiet", "--set", "l2=256K", "--set", "l2_ways=8", "--set", "llc=2M", "--set", "llc_ways=16", "--"])
+        .args([
+            "emu",
+            "run",
+            "--json",
+            "--quiet",
+            "--set",
+            "l2=256K",
+            "--set",
+            "l2_ways=8",
+            "--set",
+            "llc=2M",
+            "--set",
+            "llc_ways=16",
+            "--",
+        ])
         .arg(&bin)
         .args(args);
     json_of(&mut c)
@@ -35,11 +49,9 @@ fn golden_run(args: &[&str]) -> Value {
 
 #[test]
 fn golden_runs_repeat_exactly() {
-    for (name, args) in [
-        ("seq", ["seq", "4", "2"]),
-        ("random", ["random", "4", "100000"]),
-        ("chase", ["chase", "4", "100000"]),
-    ] {
+    for (name, args) in
+        [("seq", ["seq", "4", "2"]), ("random", ["random", "4", "100000"]), ("chase", ["chase", "4", "100000"])]
+    {
         let a = golden_run(&args);
         let b = golden_run(&args);
         assert_eq!(a["totals"], b["totals"], "{name}: two runs differ");
@@ -49,8 +61,8 @@ fn golden_runs_repeat_exactly() {
         if std::env::var_os("STRATA_BLESS").is_some() {
             std::fs::write(&path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
         }
-        let want: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file"))
-            .expect("golden JSON");
+        let want: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("golden file")).expect("golden JSON");
         assert_eq!(got, want, "{name}: differs from {} (STRATA_BLESS=1 to accept)", path.display());
     }
 }
@@ -58,12 +70,24 @@ fn golden_runs_repeat_exactly() {
 #[test]
 fn run_reports_tiers_faults_and_migrations() {
     // a quarter of the footprint fast, tpp with a short scan period: promotions and demotions
-    let v = json_of(strata().args([
-        "emu", "run", "--json", "--quiet", "--fast-ratio", "0.25", "--kernel", "tpp",
-        "--tpp-scan-period-ms", "1", "--",
-    ])
-    .arg(root().join("build/emu/access-emu"))
-    .args(["random", "16", "400000"]));
+    let v = json_of(
+        strata()
+            .args([
+                "emu",
+                "run",
+                "--json",
+                "--quiet",
+                "--fast-ratio",
+                "0.25",
+                "--kernel",
+                "tpp",
+                "--tpp-scan-period-ms",
+                "1",
+                "--",
+            ])
+            .arg(root().join("build/emu/access-emu"))
+            .args(["random", "16", "400000"]),
+    );
     assert_eq!(v["kernel"], "tpp");
     assert!(v["footprint_bytes"].as_u64().unwrap() >= 16 << 20);
     let nodes = v["nodes"].as_array().unwrap();
@@ -78,8 +102,12 @@ fn run_reports_tiers_faults_and_migrations() {
     assert_eq!(n("l2_hits") + n("l2_misses"), n("l1_misses"));
     assert_eq!(n("llc_hits") + n("llc_misses"), n("l2_misses"));
     // and the human table says the same
-    let o = strata().args(["emu", "run", "--quiet", "--"]).arg(root().join("build/emu/access-emu"))
-        .args(["seq", "4", "1"]).output().unwrap();
+    let o = strata()
+        .args(["emu", "run", "--quiet", "--"])
+        .arg(root().join("build/emu/access-emu"))
+        .args(["seq", "4", "1"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("preset m2t") && text.contains("LLC") && text.contains("STLB"), "{text}");
 }
@@ -110,17 +138,30 @@ fn frames_measures_page_colours_along_a_stride() {
 
 #[test]
 fn run_refuses_programs_not_built_for_the_emulator() {
-    let o = strata().args(["emu", "run", "--quiet", "--"]).arg(root().join("build/emu/access"))
-        .args(["seq", "1", "1"]).output().unwrap();
+    let o = strata()
+        .args(["emu", "run", "--quiet", "--"])
+        .arg(root().join("build/emu/access"))
+        .args(["seq", "1", "1"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("strata emu cc"));
-    let o = strata().args(["emu", "run", "--set", "nonsense=1", "--"]).arg(root().join("build/emu/access-emu"))
-        .args(["seq", "1", "1"]).output().unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense=1'"));
+    // an unknown setting is refused when the arguments are read, before anything runs
+    let o = strata()
+        .args(["emu", "run", "--set", "nonsense=1", "--"])
+        .arg(root().join("build/emu/access-emu"))
+        .args(["seq", "1", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense'"));
     // a geometry that does not split into sets is refused, not run without that cache
-    let o = strata().args(["emu", "run", "--set", "llc=1M", "--set", "llc_ways=15", "--"])
-        .arg(root().join("build/emu/access-emu")).args(["seq", "1", "1"]).output().unwrap();
+    let o = strata()
+        .args(["emu", "run", "--set", "llc=1M", "--set", "llc_ways=15", "--"])
+        .arg(root().join("build/emu/access-emu"))
+        .args(["seq", "1", "1"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("whole sets"), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -130,9 +171,13 @@ fn cc_builds_a_program_that_reads_its_simulated_clock() {
     let dir = std::env::temp_dir().join(format!("strata-emu-cc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("clock.c");
-    std::fs::write(&src, "#include <stdio.h>\n#include \"strata_emu.h\"\nint a[1 << 20];\n\
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include \"strata_emu.h\"\nint a[1 << 20];\n\
         int main(void) { unsigned long t = strata_emu_now_ns(); for (int i = 0; i < (1 << 20); i++) a[i] = i;\n\
-        printf(\"%lu\\n\", strata_emu_now_ns() - t); return 0; }\n").unwrap();
+        printf(\"%lu\\n\", strata_emu_now_ns() - t); return 0; }\n",
+    )
+    .unwrap();
     let exe = dir.join("clock");
     let st = strata().args(["emu", "cc", "-O2"]).arg(&src).arg("-o").arg(&exe).status().unwrap();
     assert!(st.success());
@@ -147,9 +192,12 @@ fn the_locality_benchmark_runs_on_emulated_tiers() {
     let triple = String::from_utf8(Command::new("rustc").arg("-vV").output().unwrap().stdout).unwrap();
     let host = triple.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
     let bin = root().join(format!("target/emu/{host}/release/strata"));
-    let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--fast-ratio", "0.25", "--"])
-        .arg(&bin)
-        .args(["bench", "locality", "--lists", "64", "--nodes", "500", "--rounds", "1", "--quiet"]));
+    let v = json_of(
+        strata()
+            .args(["emu", "run", "--json", "--quiet", "--fast-ratio", "0.25", "--"])
+            .arg(&bin)
+            .args(["bench", "locality", "--lists", "64", "--nodes", "500", "--rounds", "1", "--quiet"]),
+    );
     let nodes = v["nodes"].as_array().unwrap();
     assert!(nodes[1]["resident_pages"].as_u64().unwrap() > 0);
     assert!(v["totals"]["dtlb_misses"].as_u64().unwrap() > 0);
@@ -191,8 +239,22 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
 fn quiet_ycsb_runs_only_its_workers_on_the_emulator() {
     let emu = root().join("target/emu").join(std::env::consts::ARCH.to_string() + "-unknown-linux-gnu/release/strata");
     let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--"]).arg(emu).args([
-        "bench", "ycsb", "--quiet", "--json", "--rounds", "1", "--threads", "1", "--variants", "std",
-        "--workloads", "c", "--records", "1000", "--ops", "1000",
+        "bench",
+        "ycsb",
+        "--quiet",
+        "--json",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--variants",
+        "std",
+        "--workloads",
+        "c",
+        "--records",
+        "1000",
+        "--ops",
+        "1000",
     ]));
     assert_eq!(v["threads"], 3, "{}", v["per_thread"]);
 }
@@ -201,8 +263,20 @@ fn quiet_ycsb_runs_only_its_workers_on_the_emulator() {
 fn ycsb_on_the_emulated_machine() {
     // M2T's configurations, small: 4,000 records (about 5 MiB), chains of about 60 nodes
     let v = json_of(strata().args([
-        "bench", "ycsb", "--emulate", "m2t", "--workloads", "c", "--theta", "0.99", "--records", "4000",
-        "--ops", "4000", "--json", "--quiet",
+        "bench",
+        "ycsb",
+        "--emulate",
+        "m2t",
+        "--workloads",
+        "c",
+        "--theta",
+        "0.99",
+        "--records",
+        "4000",
+        "--ops",
+        "4000",
+        "--json",
+        "--quiet",
     ]));
     let rows = v["results"].as_array().unwrap();
     let got: Vec<(String, String)> = rows
@@ -210,10 +284,16 @@ fn ycsb_on_the_emulated_machine() {
         .map(|r| (r["variant"].as_str().unwrap().to_string(), r["config"].as_str().unwrap().to_string()))
         .collect();
     let want = [
-        ("std", "all-fast"), ("std", "far-only"),
-        ("std", "first-touch"), ("nextto", "first-touch"), ("nextto-split", "first-touch"),
-        ("std", "tpp"), ("nextto", "tpp"), ("nextto-split", "tpp"),
-        ("nextto", "all-fast"), ("nextto-split", "all-fast"),
+        ("std", "all-fast"),
+        ("std", "far-only"),
+        ("std", "first-touch"),
+        ("nextto", "first-touch"),
+        ("nextto-split", "first-touch"),
+        ("std", "tpp"),
+        ("nextto", "tpp"),
+        ("nextto-split", "tpp"),
+        ("nextto", "all-fast"),
+        ("nextto-split", "all-fast"),
     ];
     assert_eq!(got, want.map(|(a, b)| (a.to_string(), b.to_string())));
     let row = |var: &str, cfg: &str| rows.iter().find(|r| r["variant"] == var && r["config"] == cfg).unwrap();
@@ -251,11 +331,123 @@ fn ycsb_on_the_emulated_machine() {
         (vec!["--emulate", "nosuch"], "nosuch"),
         (vec!["--emulate", "m2t", "--network"], "in process only"),
         (vec!["--set", "llc=1M"], "--emulate"),
-        (vec!["--emulate", "m2t", "--fast-ratio", "1.5"], "between 0 and 1"),
+        (vec!["--emulate", "m2t", "--fast-ratio", "1"], "below 1"),
     ] {
-        let o = strata().args(["bench", "ycsb", "-q", "--records", "100", "--ops", "100"]).args(&args).output().unwrap();
+        let o =
+            strata().args(["bench", "ycsb", "-q", "--records", "100", "--ops", "100"]).args(&args).output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+    // and what the shared emulator options refuse when they are read (usage errors)
+    for (args, says) in [
+        (vec!["--emulate", "m2t", "--fast-ratio", "1.5"], "not in (0, 1]"),
+        (vec!["--emulate", "m2t", "--set", "nonsense=1"], "unknown setting 'nonsense'"),
+        (vec!["--emulate", "m2t", "--tpp-scan-period-ms", "0"], "must be positive"),
+    ] {
+        let o = strata().args(["bench", "ycsb", "-q"]).args(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// Processes that keep every CPU busy while they live (load from another process).
+struct Load(Vec<std::process::Child>);
+
+impl Load {
+    fn start() -> Load {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Load((0..cpus).map(|_| Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap()).collect())
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn emulated_runs_repeat_exactly_under_load() {
+    // a program whose work depends on random bytes (seeded on the emulated machine), and the
+    // tiering workload that runs YCSB on a worker thread
+    let dir = std::env::temp_dir().join(format!("strata-emu-repeat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("random.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+int main(void) {
+  unsigned char b[16];
+  if (getrandom(b, sizeof b, 0) != sizeof b) return 1;
+  unsigned n = 20000 + b[0] * 100u;
+  volatile unsigned char *a = malloc(1 << 22);
+  for (unsigned i = 0; i < n; i++) a[(i * 4099u ^ b[i % 16]) & ((1u << 22) - 1)] += 1;
+  printf("%u\n", b[0]);
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let prog = dir.join("random");
+    let o = strata().args(["emu", "cc", "-O2"]).arg(&src).arg("-o").arg(&prog).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let host = String::from_utf8_lossy(&Command::new("rustc").arg("-vV").output().unwrap().stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .unwrap();
+    let emu_strata = root().join("target/emu").join(host).join("release/strata");
+    let programs: Vec<Vec<std::ffi::OsString>> = vec![
+        vec![prog.clone().into()],
+        vec![
+            emu_strata.into(),
+            "bench".into(),
+            "tiering-workload".into(),
+            "--workload".into(),
+            "ycsb-c".into(),
+            "--size-mb".into(),
+            "4".into(),
+        ],
+    ];
+    let _load = Load::start();
+    for p in &programs {
+        let runs: Vec<(Value, String)> = (0..3)
+            .map(|_| {
+                let o = strata().args(["emu", "run", "--json", "-q", "--"]).args(p).output().unwrap();
+                assert!(o.status.success(), "{p:?}: {}", String::from_utf8_lossy(&o.stderr));
+                let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+                (v, String::from_utf8_lossy(&o.stderr).into_owned()) // the program's own output
+            })
+            .collect();
+        // a thread's simulated time can differ in its last digits where threads run at the same
+        // time: they share the tiers' bandwidth queues in the host's order (docs/emulator.md)
+        let without_time = |v: &Value| {
+            let mut v = v["per_thread"].clone();
+            let times: Vec<f64> = v
+                .as_array_mut()
+                .unwrap()
+                .iter_mut()
+                .map(|t| t.as_object_mut().unwrap().remove("sim_ns").unwrap().as_f64().unwrap())
+                .collect();
+            (v, times)
+        };
+        let (counts0, times0) = without_time(&runs[0].0);
+        for (v, _) in &runs[1..] {
+            for k in ["totals", "sim_ns", "nodes"] {
+                assert_eq!(v[k], runs[0].0[k], "{p:?}: {k} differs between runs under load");
+            }
+            let (counts, times) = without_time(v);
+            assert_eq!(counts, counts0, "{p:?}: a thread's counts differ between runs under load");
+            for (a, b) in times.iter().zip(&times0) {
+                assert!((a - b).abs() <= 1e-4 * b, "{p:?}: a thread's time differs: {a} vs {b}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -104,12 +104,8 @@ fn guest_command_exit_status_and_boot_failure_are_reported() {
     // a kernel that cannot boot: the harness says so and shows the console
     let bad = std::env::temp_dir().join(format!("not-a-kernel-{}", std::process::id()));
     std::fs::write(&bad, b"garbage").unwrap();
-    let out = strata()
-        .args(["vm", "run", "--timeout", "60", "--kernel"])
-        .arg(&bad)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
+    let out =
+        strata().args(["vm", "run", "--timeout", "60", "--kernel"]).arg(&bad).args(["--", "true"]).output().unwrap();
     std::fs::remove_file(&bad).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -123,7 +119,11 @@ fn guest_transparent_mode_rules_send_a_context_to_the_slow_node() {
         return;
     }
     let root = std::fs::canonicalize(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")).unwrap();
-    let (lib, rules, bin) = (root.join("build/libstrata.so"), root.join("tests/preload/two_sites.rules"), root.join("build/preload/two_sites"));
+    let (lib, rules, bin) = (
+        root.join("build/libstrata.so"),
+        root.join("tests/preload/two_sites.rules"),
+        root.join("build/preload/two_sites"),
+    );
     for p in [&lib, &rules, &bin] {
         assert!(p.exists(), "{} is missing: run `make c-test` first", p.display());
     }

@@ -17,12 +17,27 @@
 pub mod resp;
 pub mod server;
 
+use std::alloc::Layout;
 use std::ffi::c_void;
-use std::ptr;
+use std::fmt;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use strata_sys as sys;
+use allocator_api2::alloc::Allocator;
+use strata::{Arena, Placement};
+
+/// An insert or update found no memory for its node, key or value; the store is as it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfMemory;
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "out of memory")
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
 
 /// Which allocator places the nodes, keys and values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,8 +74,8 @@ struct Node {
 
 struct Chain {
     head: *mut Node,
-    arena: *mut sys::strata_arena_t,  // nextto variants, made on first insert
-    values: *mut sys::strata_arena_t, // nextto-split's values, made on first insert
+    arena: Option<Arena>,  // nextto variants, made on first insert
+    values: Option<Arena>, // nextto-split's values, made on first insert
 }
 
 // The raw pointers are only touched under the bucket's lock.
@@ -89,7 +104,7 @@ impl Store {
     /// A store with `buckets` chains (rounded up to a power of two).
     pub fn new(variant: Variant, buckets: usize) -> Store {
         let n = buckets.max(1).next_power_of_two();
-        let buckets = (0..n).map(|_| Mutex::new(Chain { head: ptr::null_mut(), arena: ptr::null_mut(), values: ptr::null_mut() })).collect();
+        let buckets = (0..n).map(|_| Mutex::new(Chain { head: ptr::null_mut(), arena: None, values: None })).collect();
         Store { variant, buckets, len: AtomicUsize::new(0) }
     }
 
@@ -117,33 +132,30 @@ impl Store {
     /// `size` bytes placed as the variant says; `near` is the object to be next to (nextto
     /// variants; null: anywhere in the bucket's arena). A `value` goes to the bucket's value
     /// arena in nextto-split.
-    unsafe fn alloc(&self, chain: &mut Chain, size: usize, near: *const c_void, value: bool) -> *mut u8 {
-        let p = if self.variant == Variant::Std {
-            libc::malloc(size.max(1))
-        } else {
-            let arena = if value && self.variant == Variant::NextToSplit { &mut chain.values } else { &mut chain.arena };
-            if arena.is_null() {
-                *arena = sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT));
-                assert!(!arena.is_null(), "strata_arena_new failed");
-            }
-            let mut place;
-            if near.is_null() {
-                place = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
-                place.u.arena = *arena;
-            } else {
-                place = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
-                place.u.ptr = near;
-            }
-            sys::strata_malloc(size, place)
-        };
-        assert!(!p.is_null(), "out of memory");
-        p as *mut u8
+    fn alloc(&self, chain: &mut Chain, size: usize, near: *const c_void, value: bool) -> Result<*mut u8, OutOfMemory> {
+        if self.variant == Variant::Std {
+            let p = unsafe { libc::malloc(size.max(1)) } as *mut u8;
+            return if p.is_null() { Err(OutOfMemory) } else { Ok(p) };
+        }
+        let slot = if value && self.variant == Variant::NextToSplit { &mut chain.values } else { &mut chain.arena };
+        if slot.is_none() {
+            *slot = Some(Arena::new(Placement::Default).map_err(|_| OutOfMemory)?);
+        }
+        let arena = slot.as_ref().expect("just made");
+        let place = if near.is_null() { arena.alloc() } else { arena.next_to(near) };
+        // 16-byte granules: every object is aligned for a Node
+        let layout = Layout::from_size_align(size.max(1), 16).map_err(|_| OutOfMemory)?;
+        place.allocate(layout).map(|p| p.as_ptr() as *mut u8).map_err(|_| OutOfMemory)
     }
 
-    unsafe fn free(&self, p: *mut u8) {
-        match self.variant {
-            Variant::Std => libc::free(p as *mut c_void),
-            Variant::NextTo | Variant::NextToSplit => sys::strata_free(p as *mut c_void),
+    /// Give back what alloc gave (in whichever arena of the bucket it lies).
+    unsafe fn free(&self, chain: &Chain, p: *mut u8) {
+        if self.variant == Variant::Std {
+            return libc::free(p as *mut c_void);
+        }
+        let layout = Layout::from_size_align(1, 16).expect("a valid layout"); // strata frees by address
+        if let Some(arena) = [&chain.arena, &chain.values].into_iter().flatten().find(|a| a.contains(p)) {
+            arena.alloc().deallocate(NonNull::new_unchecked(p), layout);
         }
     }
 
@@ -151,7 +163,8 @@ impl Store {
         let (mut prev, mut n) = (ptr::null_mut::<Node>(), chain.head);
         while !n.is_null() {
             let node = &*n;
-            if node.hash == h && node.key_len == key.len() && std::slice::from_raw_parts(node.key, node.key_len) == key {
+            if node.hash == h && node.key_len == key.len() && std::slice::from_raw_parts(node.key, node.key_len) == key
+            {
                 return (prev, n);
             }
             prev = n;
@@ -176,51 +189,80 @@ impl Store {
     }
 
     /// Store `val` under `key`; true when the key is new.
-    pub fn set(&self, key: &[u8], val: &[u8]) -> bool {
-        self.update(key, |_| Some(val.to_vec())).0
+    pub fn set(&self, key: &[u8], val: &[u8]) -> Result<bool, OutOfMemory> {
+        Ok(self.update(key, |_| Some(val.to_vec()))?.0)
     }
 
     /// Read-modify-write under the bucket's lock: `f` gets the current value (if any) and
-    /// returns the new one, or None to leave the entry as it is. Returns (inserted, updated).
-    pub fn update(&self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> Option<Vec<u8>>) -> (bool, bool) {
+    /// returns the new one, or None to leave the entry as it is. Returns (inserted, updated);
+    /// without memory for the new node, key or value, nothing changes.
+    pub fn update(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> Option<Vec<u8>>,
+    ) -> Result<(bool, bool), OutOfMemory> {
         let h = hash(key);
         let mut chain = self.bucket(h).lock().unwrap();
         unsafe {
             let (_, n) = Self::find(&chain, h, key);
             if !n.is_null() {
                 let node = &mut *n;
-                let Some(new) = f(Some(std::slice::from_raw_parts(node.val, node.val_len))) else { return (false, false) };
+                let Some(new) = f(Some(std::slice::from_raw_parts(node.val, node.val_len))) else {
+                    return Ok((false, false));
+                };
                 if new.len() <= node.val_cap {
-                    ptr::copy_nonoverlapping(new.as_ptr(), node.val, new.len()); // in place
+                    ptr::copy_nonoverlapping(new.as_ptr(), node.val, new.len());
+                // in place
                 } else {
                     let near = if self.variant == Variant::NextToSplit { node.val } else { n as *mut u8 };
-                    let v = self.alloc(&mut chain, new.len(), near as *const c_void, true);
+                    let v = self.alloc(&mut chain, new.len(), near as *const c_void, true)?;
                     ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
-                    self.free(node.val);
+                    self.free(&chain, node.val);
                     node.val = v;
                     node.val_cap = new.len();
                 }
                 node.val_len = new.len();
-                return (false, true);
+                return Ok((false, true));
             }
-            let Some(new) = f(None) else { return (false, false) };
+            let Some(new) = f(None) else { return Ok((false, false)) };
             let head = chain.head;
-            let node = self.alloc(&mut chain, std::mem::size_of::<Node>(), head as *const c_void, false) as *mut Node;
-            let k = self.alloc(&mut chain, key.len(), node as *const c_void, false);
+            let node = self.alloc(&mut chain, std::mem::size_of::<Node>(), head as *const c_void, false)? as *mut Node;
+            let k = match self.alloc(&mut chain, key.len(), node as *const c_void, false) {
+                Ok(k) => k,
+                Err(e) => {
+                    self.free(&chain, node as *mut u8);
+                    return Err(e);
+                }
+            };
             // nextto: the value next to its key; nextto-split: next to the bucket's last value
             let vnear = match self.variant {
                 Variant::NextToSplit if head.is_null() => ptr::null(),
                 Variant::NextToSplit => (*head).val as *const c_void,
                 _ => k as *const c_void,
             };
-            let v = self.alloc(&mut chain, new.len(), vnear, true);
+            let v = match self.alloc(&mut chain, new.len(), vnear, true) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.free(&chain, k);
+                    self.free(&chain, node as *mut u8);
+                    return Err(e);
+                }
+            };
             ptr::copy_nonoverlapping(key.as_ptr(), k, key.len());
             ptr::copy_nonoverlapping(new.as_ptr(), v, new.len());
-            node.write(Node { next: head, hash: h, key: k, val: v, key_len: key.len(), val_len: new.len(), val_cap: new.len() });
+            node.write(Node {
+                next: head,
+                hash: h,
+                key: k,
+                val: v,
+                key_len: key.len(),
+                val_len: new.len(),
+                val_cap: new.len(),
+            });
             chain.head = node;
         }
         self.len.fetch_add(1, Ordering::Relaxed);
-        (true, false)
+        Ok((true, false))
     }
 
     /// Remove `key`; true when it was there.
@@ -237,9 +279,9 @@ impl Store {
             } else {
                 (*prev).next = (*n).next;
             }
-            self.free((*n).key);
-            self.free((*n).val);
-            self.free(n as *mut u8);
+            self.free(&chain, (*n).key);
+            self.free(&chain, (*n).val);
+            self.free(&chain, n as *mut u8);
         }
         self.len.fetch_sub(1, Ordering::Relaxed);
         true
@@ -277,19 +319,16 @@ impl Store {
                     n = (*n).next;
                     self.len.fetch_sub(1, Ordering::Relaxed);
                 }
-                for arena in [&mut chain.arena, &mut chain.values] {
-                    if !arena.is_null() {
-                        sys::strata_arena_destroy(*arena); // frees every node, key and value
-                    }
-                    *arena = ptr::null_mut();
-                }
+                // dropping an arena frees every node, key and value in it
+                chain.arena = None;
+                chain.values = None;
             } else {
                 let mut n = chain.head;
                 while !n.is_null() {
                     let next = (*n).next;
-                    self.free((*n).key);
-                    self.free((*n).val);
-                    self.free(n as *mut u8);
+                    self.free(chain, (*n).key);
+                    self.free(chain, (*n).val);
+                    self.free(chain, n as *mut u8);
                     self.len.fetch_sub(1, Ordering::Relaxed);
                     n = next;
                 }

@@ -61,7 +61,11 @@ pub fn parse(buf: &[u8], lim: &Limits) -> Parsed {
         return parse_inline(buf, lim);
     }
     let Some(end) = find_crlf(buf, 1) else {
-        return if buf.len() > 32 { Parsed::Invalid("Protocol error: invalid multibulk length".into()) } else { Parsed::Incomplete };
+        return if buf.len() > 32 {
+            Parsed::Invalid("Protocol error: invalid multibulk length".into())
+        } else {
+            Parsed::Incomplete
+        };
     };
     let n = match parse_len(&buf[1..end]) {
         Some(n) if n <= 0 => return Parsed::Request(Vec::new(), end + 2), // *0 / *-1: nothing
@@ -75,14 +79,26 @@ pub fn parse(buf: &[u8], lim: &Limits) -> Parsed {
             return Parsed::Incomplete;
         }
         if buf[pos] != b'$' {
-            return Parsed::Invalid(format!("Protocol error: expected '$', got '{}'", (buf[pos] as char).escape_default()));
+            return Parsed::Invalid(format!(
+                "Protocol error: expected '$', got '{}'",
+                (buf[pos] as char).escape_default()
+            ));
         }
         let Some(e) = find_crlf(buf, pos + 1) else {
-            return if buf.len() - pos > 32 { Parsed::Invalid("Protocol error: invalid bulk length".into()) } else { Parsed::Incomplete };
+            return if buf.len() - pos > 32 {
+                Parsed::Invalid("Protocol error: invalid bulk length".into())
+            } else {
+                Parsed::Incomplete
+            };
         };
         let len = match parse_len(&buf[pos + 1..e]) {
             Some(l) if l >= 0 && (l as usize) <= lim.max_bulk => l as usize,
-            Some(l) if l > 0 => return Parsed::Invalid(format!("Protocol error: bulk string of {l} bytes is over the limit of {}", lim.max_bulk)),
+            Some(l) if l > 0 => {
+                return Parsed::Invalid(format!(
+                    "Protocol error: bulk string of {l} bytes is over the limit of {}",
+                    lim.max_bulk
+                ))
+            }
             _ => return Parsed::Invalid("Protocol error: invalid bulk length".into()),
         };
         let start = e + 2;
@@ -100,11 +116,16 @@ pub fn parse(buf: &[u8], lim: &Limits) -> Parsed {
 
 fn parse_inline(buf: &[u8], lim: &Limits) -> Parsed {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
-        return if buf.len() > lim.max_inline { Parsed::Invalid("Protocol error: too big inline request".into()) } else { Parsed::Incomplete };
+        return if buf.len() > lim.max_inline {
+            Parsed::Invalid("Protocol error: too big inline request".into())
+        } else {
+            Parsed::Incomplete
+        };
     };
     let line = &buf[..nl];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let args: Vec<Vec<u8>> = line.split(|b| *b == b' ' || *b == b'\t').filter(|w| !w.is_empty()).map(<[u8]>::to_vec).collect();
+    let args: Vec<Vec<u8>> =
+        line.split(|b| *b == b' ' || *b == b'\t').filter(|w| !w.is_empty()).map(<[u8]>::to_vec).collect();
     if args.len() > lim.max_args {
         return Parsed::Invalid("Protocol error: too many arguments".into());
     }

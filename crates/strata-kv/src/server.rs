@@ -47,7 +47,13 @@ pub struct Server {
 impl Server {
     pub fn bind(addr: &str, store: Arc<Store>, cfg: Config) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
-        Ok(Server { listener, store, cfg, clients: Arc::new(AtomicUsize::new(0)), stop: Arc::new(AtomicBool::new(false)) })
+        Ok(Server {
+            listener,
+            store,
+            cfg,
+            clients: Arc::new(AtomicUsize::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -217,8 +223,10 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
                 let mut v = Vec::with_capacity(a[1].len() + 1);
                 v.push(STRING);
                 v.extend_from_slice(&a[1]);
-                store.set(&a[0], &v);
-                reply::simple(out, "OK");
+                match store.set(&a[0], &v) {
+                    Ok(_) => reply::simple(out, "OK"),
+                    Err(e) => reply::error(out, &format!("ERR {e}")),
+                }
             }
         }
         "del" | "exists" => {
@@ -230,13 +238,13 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
             }
         }
         "hset" | "hmset" => {
-            if a.len() < 3 || a.len() % 2 == 0 {
+            if a.len() < 3 || a.len().is_multiple_of(2) {
                 arity(out, &name);
             } else {
                 let pairs: Vec<(&[u8], &[u8])> = a[1..].chunks(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
                 let mut added = 0i64;
                 let mut wrong = false;
-                store.update(&a[0], |old| {
+                let stored = store.update(&a[0], |old| {
                     let mut fields: Vec<(&[u8], &[u8])> = match old {
                         Some(v) if v.first() == Some(&HASH) => hash_fields(&v[1..]),
                         Some(_) => {
@@ -258,6 +266,8 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
                 });
                 if wrong {
                     reply::error(out, WRONGTYPE);
+                } else if let Err(e) = stored {
+                    reply::error(out, &format!("ERR {e}"));
                 } else if name == "hmset" {
                     reply::simple(out, "OK");
                 } else {
@@ -274,7 +284,10 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
                         return Err(());
                     }
                     let fields = hash_fields(&v[1..]);
-                    Ok(a[1..].iter().map(|f| fields.iter().find(|(g, _)| g == f).map(|(_, x)| x.to_vec())).collect::<Vec<_>>())
+                    Ok(a[1..]
+                        .iter()
+                        .map(|f| fields.iter().find(|(g, _)| g == f).map(|(_, x)| x.to_vec()))
+                        .collect::<Vec<_>>())
                 });
                 match got {
                     Some(Err(())) => reply::error(out, WRONGTYPE),
@@ -297,7 +310,11 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
             if a.len() != 1 {
                 arity(out, "hgetall");
             } else {
-                match store.get(&a[0], |v| (v.first() == Some(&HASH)).then(|| hash_fields(&v[1..]).into_iter().map(|(f, x)| (f.to_vec(), x.to_vec())).collect::<Vec<_>>())) {
+                match store.get(&a[0], |v| {
+                    (v.first() == Some(&HASH)).then(|| {
+                        hash_fields(&v[1..]).into_iter().map(|(f, x)| (f.to_vec(), x.to_vec())).collect::<Vec<_>>()
+                    })
+                }) {
                     Some(None) => reply::error(out, WRONGTYPE),
                     found => {
                         let fields = found.flatten().unwrap_or_default();
@@ -335,7 +352,14 @@ fn execute(args: &[Vec<u8>], store: &Store, clients: &AtomicUsize, out: &mut Vec
         "command" => reply::array(out, 0), // no command table: clients cope
         _ => {
             let first: Vec<String> = a.iter().take(3).map(|x| format!("'{}'", String::from_utf8_lossy(x))).collect();
-            reply::error(out, &format!("ERR unknown command '{}', with args beginning with: {}", String::from_utf8_lossy(&args[0]), first.join(" ")));
+            reply::error(
+                out,
+                &format!(
+                    "ERR unknown command '{}', with args beginning with: {}",
+                    String::from_utf8_lossy(&args[0]),
+                    first.join(" ")
+                ),
+            );
         }
     }
     Flow::Continue

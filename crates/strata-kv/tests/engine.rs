@@ -24,12 +24,12 @@ fn matches_a_model_under_random_operations() {
                 0 | 1 => {
                     let len = (rnd(&mut s) % 5000) as usize; // 0..5 KB values, any size
                     let val: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
-                    assert_eq!(store.set(&k, &val), !model.contains_key(&k));
+                    assert_eq!(store.set(&k, &val).unwrap(), !model.contains_key(&k));
                     model.insert(k, val);
                 }
                 2 => assert_eq!(store.delete(&k), model.remove(&k).is_some()),
                 3 => {
-                    let (_, updated) = store.update(&k, |old| old.map(|o| o.iter().rev().copied().collect()));
+                    let (_, updated) = store.update(&k, |old| old.map(|o| o.iter().rev().copied().collect())).unwrap();
                     if let Some(m) = model.get_mut(&k) {
                         m.reverse();
                         assert!(updated);
@@ -57,13 +57,13 @@ fn matches_a_model_under_random_operations() {
 fn empty_and_huge_keys_and_values() {
     for v in Variant::ALL {
         let store = Store::new(v, 16);
-        assert!(store.set(b"", b""));
+        assert!(store.set(b"", b"").unwrap());
         assert_eq!(store.get(b"", |x| x.len()), Some(0));
         let big = vec![7u8; 3 << 20]; // larger than a segment's large threshold
         let bigkey = vec![b'k'; 100_000];
-        assert!(store.set(&bigkey, &big));
+        assert!(store.set(&bigkey, &big).unwrap());
         assert_eq!(store.get(&bigkey, |x| x == &big[..]), Some(true));
-        assert!(!store.set(&bigkey, b"small"));
+        assert!(!store.set(&bigkey, b"small").unwrap());
         assert_eq!(store.get(&bigkey, |x| x.to_vec()), Some(b"small".to_vec()));
         assert!(store.delete(&bigkey) && !store.delete(&bigkey));
         assert_eq!(store.len(), 1);
@@ -83,7 +83,7 @@ fn many_threads_at_once() {
                         // each thread owns keys t, t+4, ...; all threads share the buckets
                         let k = format!("k{}", (rnd(&mut s) % 500) * 4 + t);
                         let val = format!("{t}:{i}").repeat((i % 20) as usize + 1);
-                        st.set(k.as_bytes(), val.as_bytes());
+                        st.set(k.as_bytes(), val.as_bytes()).unwrap();
                         let got = st.get(k.as_bytes(), |x| x.to_vec()).unwrap();
                         assert!(got.starts_with(format!("{t}:").as_bytes()), "another thread's value");
                         if i % 7 == 0 {
@@ -108,7 +108,7 @@ fn nextto_keeps_a_bucket_on_few_pages() {
         let store = Store::new(v, 4096);
         let val = vec![1u8; 1000];
         for i in 0..16_384 {
-            store.set(format!("user{i}").as_bytes(), &val);
+            store.set(format!("user{i}").as_bytes(), &val).unwrap();
         }
         pages.push(store.pages_per_bucket());
     }

@@ -84,24 +84,33 @@ fn commands_and_pipelining() {
 
 #[test]
 fn bad_input_is_refused_and_data_survives() {
-    let (addr, store) = start(Variant::NextTo, Config { limits: Limits { max_bulk: 1024, ..Limits::default() }, max_clients: 64 });
+    let (addr, store) =
+        start(Variant::NextTo, Config { limits: Limits { max_bulk: 1024, ..Limits::default() }, max_clients: 64 });
     let (r, _) = exchange(&addr, b"*3\r\n$3\r\nSET\r\n$4\r\nkeep\r\n$4\r\nsafe\r\n", 1);
     assert_eq!(r[0], Value::Simple("OK".into()));
     let cases: [&[u8]; 6] = [
-        b"*2\r\n$3\r\nGET\r\n$99999\r\nabc\r\n",          // bulk over the limit
-        b"*2\r\n:3\r\nGET\r\n",                           // not a bulk string
-        b"*x\r\n",                                        // bad count
-        b"*1\r\n$-5\r\n",                                 // negative length
-        b"*2\r\n$3\r\nGETX\r\n$1\r\nk\r\n",               // bulk without its CRLF
-        b"*99999999999\r\n",                              // absurd count
+        b"*2\r\n$3\r\nGET\r\n$99999\r\nabc\r\n", // bulk over the limit
+        b"*2\r\n:3\r\nGET\r\n",                  // not a bulk string
+        b"*x\r\n",                               // bad count
+        b"*1\r\n$-5\r\n",                        // negative length
+        b"*2\r\n$3\r\nGETX\r\n$1\r\nk\r\n",      // bulk without its CRLF
+        b"*99999999999\r\n",                     // absurd count
     ];
     for raw in cases {
         let (r, closed) = exchange(&addr, raw, 1);
-        assert!(matches!(r.first(), Some(Value::Error(e)) if e.contains("Protocol error")), "{:?} -> {r:?}", String::from_utf8_lossy(raw));
+        assert!(
+            matches!(r.first(), Some(Value::Error(e)) if e.contains("Protocol error")),
+            "{:?} -> {r:?}",
+            String::from_utf8_lossy(raw)
+        );
         assert!(closed || r.len() == 1);
     }
     // wrong arity and unknown commands: an error, and the connection goes on
-    let (r, _) = exchange(&addr, b"*1\r\n$3\r\nGET\r\n*4\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n$2\r\nEX\r\n*2\r\n$3\r\nGET\r\n$4\r\nkeep\r\n", 3);
+    let (r, _) = exchange(
+        &addr,
+        b"*1\r\n$3\r\nGET\r\n*4\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n$2\r\nEX\r\n*2\r\n$3\r\nGET\r\n$4\r\nkeep\r\n",
+        3,
+    );
     assert!(matches!(&r[0], Value::Error(e) if e.contains("wrong number of arguments")));
     assert!(matches!(&r[1], Value::Error(_)));
     assert_eq!(r[2], bulk("safe"));

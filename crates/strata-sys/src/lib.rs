@@ -38,13 +38,7 @@ pub struct strata_place_t {
 
 impl strata_place_t {
     pub const fn new(kind: c_int) -> Self {
-        strata_place_t {
-            kind,
-            tier: 0,
-            u: strata_place_u {
-                ptr: std::ptr::null(),
-            },
-        }
+        strata_place_t { kind, tier: 0, u: strata_place_u { ptr: std::ptr::null() } }
     }
 }
 
@@ -88,7 +82,7 @@ pub struct strata_topology_t {
 // ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
 
 pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
-pub const STRATA_CHANNEL_VERSION: u32 = 1;
+pub const STRATA_CHANNEL_VERSION: u32 = 2;
 pub const STRATA_CONTEXT_FRAMES: usize = 16;
 pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
 pub const STRATA_DIRECTIVE_FAST: i32 = 1;
@@ -112,6 +106,8 @@ pub struct strata_channel_header_t {
     pub contexts_used: u64,
     pub contexts_dropped: u64,
     pub objects_dropped: u64,
+    pub default_directive: i32,
+    pub reserved: u32,
 }
 
 #[repr(C)]
@@ -223,15 +219,7 @@ mod tests {
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };
-        assert_eq!(
-            n,
-            rust.len(),
-            "abi_check.c and this test list different fields"
-        );
-        assert_eq!(
-            &c[..n],
-            &rust[..],
-            "a struct in strata.h and its Rust mirror differ"
-        );
+        assert_eq!(n, rust.len(), "abi_check.c and this test list different fields");
+        assert_eq!(&c[..n], &rust[..], "a struct in strata.h and its Rust mirror differ");
     }
 }

@@ -2,12 +2,10 @@
 //! order is checked without such hardware.
 use std::path::PathBuf;
 
-use strata_topo::{discover_at, preset, PresetSize, TopoError, Topology};
+use strata_topo::{discover_at, TopoError, Topology};
 
 fn fixture(name: &str, over: Option<&str>) -> Result<Topology, TopoError> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     discover_at(&root, over)
 }
 
@@ -20,10 +18,7 @@ fn one_node() {
     let t = fixture("one-node", None).unwrap();
     assert_eq!(t.nodes.len(), 1);
     let n = &t.nodes[0];
-    assert_eq!(
-        (n.id, n.tier, n.cpus.as_str(), n.has_cpus),
-        (0, 0, "0-1", true)
-    );
+    assert_eq!((n.id, n.tier, n.cpus.as_str(), n.has_cpus), (0, 0, "0-1", true));
     assert_eq!(n.total_bytes, 24606104 * 1024);
     assert_eq!(n.free_bytes, 23000000 * 1024);
     assert_eq!(n.kernel_tier, Some(4));
@@ -82,10 +77,7 @@ fn override_names_the_tiers() {
 fn bad_overrides_are_refused() {
     for bad in ["0;5", "x", "0;;1", ";", "1-0", "0,"] {
         assert!(
-            matches!(
-                fixture("two-tiers", Some(bad)),
-                Err(TopoError::BadOverride(_))
-            ),
+            matches!(fixture("two-tiers", Some(bad)), Err(TopoError::BadOverride(_))),
             "override '{bad}' was accepted"
         );
     }
@@ -96,47 +88,4 @@ fn missing_sysfs_means_one_node() {
     let t = fixture("does-not-exist", None).unwrap();
     assert_eq!(t.nodes.len(), 1);
     assert!(t.nodes_source.contains("no NUMA"));
-}
-
-#[test]
-fn m2t_preset() {
-    let t = preset("m2t", PresetSize::default()).unwrap();
-    assert_eq!(t.nodes.len(), 2);
-    assert_eq!(t.nodes[0].read_latency_ns, Some(84.6));
-    assert_eq!(t.nodes[1].read_bandwidth_mbps, Some(55_000.0));
-    assert_eq!(t.nodes[0].total_bytes, 64 << 30);
-    assert_eq!(t.emulated.as_deref(), Some("m2t"));
-    let small = preset(
-        "m2t",
-        PresetSize {
-            scale: Some(0.001),
-            fast_bytes: None,
-        },
-    )
-    .unwrap();
-    assert_eq!(
-        small.nodes[1].total_bytes,
-        ((128u64 << 30) as f64 * 0.001) as u64
-    );
-    let fixed = preset(
-        "m2t",
-        PresetSize {
-            scale: None,
-            fast_bytes: Some(1 << 30),
-        },
-    )
-    .unwrap();
-    assert_eq!(fixed.tiers[0].total_bytes, 1 << 30);
-    assert!(matches!(
-        preset("nope", PresetSize::default()),
-        Err(TopoError::UnknownPreset(_))
-    ));
-    assert!(preset(
-        "m2t",
-        PresetSize {
-            scale: Some(0.0),
-            fast_bytes: None
-        }
-    )
-    .is_err());
 }

@@ -22,8 +22,8 @@ pub trait Db: Sync {
     fn read(&self, key: &[u8], out: &mut Vec<u8>) -> bool;
     /// Overwrite one field; false when the key is missing.
     fn update_field(&self, key: &[u8], offset: usize, data: &[u8]) -> bool;
-    /// Insert a new record.
-    fn insert(&self, key: &[u8], record: &[u8]);
+    /// Insert a new record; false when the database refused it (counted as an error).
+    fn insert(&self, key: &[u8], record: &[u8]) -> bool;
 }
 
 impl Db for Store {
@@ -44,10 +44,10 @@ impl Db for Store {
                 v
             })
         })
-        .1
+        .is_ok_and(|(_, updated)| updated)
     }
-    fn insert(&self, key: &[u8], record: &[u8]) {
-        self.set(key, record);
+    fn insert(&self, key: &[u8], record: &[u8]) -> bool {
+        self.set(key, record).is_ok()
     }
 }
 
@@ -86,7 +86,7 @@ fn summarize(ops: u64, secs: f64, errors: u64, hists: BTreeMap<Op, Histogram<u64
     let us = |ns: u64| ns as f64 / 1000.0;
     let latency = hists
         .into_iter()
-        .filter(|(_, h)| h.len() > 0)
+        .filter(|(_, h)| !h.is_empty())
         .map(|(op, h)| {
             (
                 op.name(),
@@ -114,7 +114,11 @@ fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64) {
         if t > last {
             last = t;
             let d = done.load(Ordering::Relaxed);
-            eprintln!("[ycsb] {what}: {:.0} % ({d} of {total}), {:.0} ops/s", 100.0 * d as f64 / total.max(1) as f64, d as f64 / start.elapsed().as_secs_f64());
+            eprintln!(
+                "[ycsb] {what}: {:.0} % ({d} of {total}), {:.0} ops/s",
+                100.0 * d as f64 / total.max(1) as f64,
+                d as f64 / start.elapsed().as_secs_f64()
+            );
         }
     }
 }
@@ -124,7 +128,13 @@ fn progress_loop(what: &str, done: &AtomicU64, total: u64, stop: &AtomicU64) {
 /// its wall-clock wake-ups would be modelled as accesses of another thread, and runs would no
 /// longer repeat exactly). Returns each worker's result and the phase's length: the
 /// longest worker, each timed on its own clock.
-fn on_workers<R: Send>(what: &str, total: u64, threads: u64, quiet: bool, work: impl Fn(u64, &AtomicU64) -> R + Sync) -> (Vec<R>, u64) {
+fn on_workers<R: Send>(
+    what: &str,
+    total: u64,
+    threads: u64,
+    quiet: bool,
+    work: impl Fn(u64, &AtomicU64) -> R + Sync,
+) -> (Vec<R>, u64) {
     let done = AtomicU64::new(0);
     let stop = AtomicU64::new(0);
     let (mut out, mut longest) = (Vec::new(), 0);
@@ -155,6 +165,7 @@ fn on_workers<R: Send>(what: &str, total: u64, threads: u64, quiet: bool, work: 
 /// Insert records 0..recordcount (split across threads).
 pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseResult {
     let threads = threads.max(1) as u64;
+    let errors = AtomicU64::new(0);
     let (hists, ns) = on_workers("load", wl.recordcount, threads, quiet, |t, done| {
         let mut h = new_hist();
         let mut rec = vec![0u8; wl.record_bytes()];
@@ -166,7 +177,9 @@ pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseRes
             }
             let key = key_name(i, wl.insertorder_hashed);
             let t0 = now_ns();
-            db.insert(key.as_bytes(), &rec);
+            if !db.insert(key.as_bytes(), &rec) {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
             h.record(now_ns() - t0).ok();
             done.fetch_add(1, Ordering::Relaxed);
             i += threads;
@@ -177,7 +190,7 @@ pub fn load(db: &dyn Db, wl: &Workload, threads: usize, quiet: bool) -> PhaseRes
     for h in &hists {
         total.add(h).ok();
     }
-    summarize(wl.recordcount, seconds(ns), 0, BTreeMap::from([(Op::Insert, total)]))
+    summarize(wl.recordcount, seconds(ns), errors.load(Ordering::Relaxed), BTreeMap::from([(Op::Insert, total)]))
 }
 
 /// Run operationcount operations (split across threads) after a load.
@@ -212,9 +225,9 @@ pub fn run(db: &dyn Db, wl: &Workload, threads: usize, seed: u64, quiet: bool) -
                     for f in 0..wl.fieldcount {
                         fill_field(&mut rec[f * wl.fieldlength..(f + 1) * wl.fieldlength], keynum, f, 0);
                     }
-                    db.insert(key.as_bytes(), &rec);
+                    let ok = db.insert(key.as_bytes(), &rec);
                     keys.ack(keynum);
-                    true
+                    ok
                 }
             };
             hists.get_mut(&op).unwrap().record(now_ns() - t0).ok();

@@ -67,7 +67,9 @@ pub enum WorkloadError {
 impl fmt::Display for WorkloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WorkloadError::UnknownWorkload(w) => write!(f, "no core workload '{w}' (a, b, c, d, f; e needs scans, which a hash table has not)"),
+            WorkloadError::UnknownWorkload(w) => {
+                write!(f, "no core workload '{w}' (a, b, c, d, f; e needs scans, which a hash table has not)")
+            }
             WorkloadError::UnknownProperty(p) => write!(f, "unknown workload property '{p}'"),
             WorkloadError::BadValue { property, value, why } => write!(f, "{property}={value}: {why}"),
         }
@@ -112,7 +114,11 @@ impl Workload {
         let bad = |why| WorkloadError::BadValue { property: property.into(), value: value.into(), why };
         let num = || value.parse::<f64>().map_err(|_| bad("not a number"));
         let count = || value.parse::<u64>().map_err(|_| bad("not a whole number"));
-        let prop = || num().and_then(|v| if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(bad("a proportion is between 0 and 1")) });
+        let prop = || {
+            num().and_then(
+                |v| if (0.0..=1.0).contains(&v) { Ok(v) } else { Err(bad("a proportion is between 0 and 1")) },
+            )
+        };
         match property {
             "recordcount" => self.recordcount = count()?.max(1),
             "operationcount" => self.operationcount = count()?,
@@ -203,7 +209,11 @@ pub struct KeySequence {
 impl KeySequence {
     /// After a load of `records` records.
     pub fn new(records: u64) -> Arc<KeySequence> {
-        Arc::new(KeySequence { next: AtomicU64::new(records), acked: AtomicU64::new(records), pending: Mutex::new(BTreeSet::new()) })
+        Arc::new(KeySequence {
+            next: AtomicU64::new(records),
+            acked: AtomicU64::new(records),
+            pending: Mutex::new(BTreeSet::new()),
+        })
     }
     fn take(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
@@ -244,7 +254,8 @@ impl OpStream {
             acc += p[i] / t;
             cumulative[i] = acc;
         }
-        let zipf = (wl.requestdistribution == Distribution::Zipfian).then(|| Zipf::new(wl.recordcount, wl.zipfianconstant));
+        let zipf =
+            (wl.requestdistribution == Distribution::Zipfian).then(|| Zipf::new(wl.recordcount, wl.zipfianconstant));
         OpStream { wl: wl.clone(), rng: Rng::new(seed), zipf, keys, cumulative }
     }
 

@@ -48,7 +48,9 @@ fn a_wrong_theta_is_detected() {
     for _ in 0..400_000 {
         counts[z.sample(&mut rng) as usize] += 1.0;
     }
-    let chi: f64 = (1..=200).map(|k| (counts[k] - exact.probability(k as u64) * 4e5).powi(2) / (exact.probability(k as u64) * 4e5)).sum();
+    let chi: f64 = (1..=200)
+        .map(|k| (counts[k] - exact.probability(k as u64) * 4e5).powi(2) / (exact.probability(k as u64) * 4e5))
+        .sum();
     assert!(chi > 1000.0, "chi-square {chi}");
 }
 
@@ -77,7 +79,13 @@ fn scramble_is_a_permutation() {
 
 #[test]
 fn workloads_have_ycsbs_mixes() {
-    for (w, read, update, insert, rmw) in [("a", 0.5, 0.5, 0.0, 0.0), ("b", 0.95, 0.05, 0.0, 0.0), ("c", 1.0, 0.0, 0.0, 0.0), ("d", 0.95, 0.0, 0.05, 0.0), ("f", 0.5, 0.0, 0.0, 0.5)] {
+    for (w, read, update, insert, rmw) in [
+        ("a", 0.5, 0.5, 0.0, 0.0),
+        ("b", 0.95, 0.05, 0.0, 0.0),
+        ("c", 1.0, 0.0, 0.0, 0.0),
+        ("d", 0.95, 0.0, 0.05, 0.0),
+        ("f", 0.5, 0.0, 0.0, 0.5),
+    ] {
         let wl = Workload::core(w).unwrap();
         let mut s = OpStream::new(&wl, 9, KeySequence::new(wl.recordcount));
         let mut c = [0f64; 4];

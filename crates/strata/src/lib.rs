@@ -73,11 +73,7 @@ impl fmt::Display for Error {
         match self {
             Error::OutOfMemory => write!(f, "out of memory"),
             Error::Machine(e) => {
-                write!(
-                    f,
-                    "the machine could not answer: {}",
-                    std::io::Error::from_raw_os_error(*e)
-                )
+                write!(f, "the machine could not answer: {}", std::io::Error::from_raw_os_error(*e))
             }
         }
     }
@@ -99,9 +95,7 @@ impl Arena {
     /// A new arena whose pages are bound as `place` says.
     pub fn new(place: Placement) -> Result<Arena, Error> {
         let raw = unsafe { sys::strata_arena_new(place.raw()) };
-        NonNull::new(raw)
-            .map(|raw| Arena { raw })
-            .ok_or(Error::OutOfMemory)
+        NonNull::new(raw).map(|raw| Arena { raw }).ok_or(Error::OutOfMemory)
     }
 
     /// The tier this arena is bound to, `None` when unbound.
@@ -113,10 +107,7 @@ impl Arena {
     pub fn alloc(&self) -> StrataAlloc<'_> {
         let mut p = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
         p.u.arena = self.raw.as_ptr();
-        StrataAlloc {
-            place: p,
-            _arena: PhantomData,
-        }
+        StrataAlloc { place: p, _arena: PhantomData }
     }
 
     /// An allocator that places next to `target` (on its page when it fits, else on the
@@ -129,10 +120,7 @@ impl Arena {
         }
         let mut p = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
         p.u.ptr = t;
-        StrataAlloc {
-            place: p,
-            _arena: PhantomData,
-        }
+        StrataAlloc { place: p, _arena: PhantomData }
     }
 
     /// Whether `p` lies in this arena.
@@ -168,18 +156,13 @@ unsafe impl Sync for StrataAlloc<'_> {}
 impl StrataAlloc<'static> {
     /// An allocator for one of the shared arenas.
     pub fn new(place: Placement) -> Self {
-        StrataAlloc {
-            place: place.raw(),
-            _arena: PhantomData,
-        }
+        StrataAlloc { place: place.raw(), _arena: PhantomData }
     }
 }
 
 impl fmt::Debug for StrataAlloc<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StrataAlloc")
-            .field("kind", &self.place.kind)
-            .finish()
+        f.debug_struct("StrataAlloc").field("kind", &self.place.kind).finish()
     }
 }
 
@@ -251,13 +234,7 @@ pub fn where_is<T: ?Sized>(p: *const T, len: usize) -> Result<Residency, Error> 
         return Err(Error::Machine(-rc));
     }
     let r = unsafe { r.assume_init() };
-    let pick = |v: &[u64]| {
-        v.iter()
-            .enumerate()
-            .filter(|(_, b)| **b > 0)
-            .map(|(i, b)| (i as u32, *b))
-            .collect()
-    };
+    let pick = |v: &[u64]| v.iter().enumerate().filter(|(_, b)| **b > 0).map(|(i, b)| (i as u32, *b)).collect();
     Ok(Residency {
         node_bytes: pick(&r.node_bytes),
         tier_bytes: pick(&r.tier_bytes),

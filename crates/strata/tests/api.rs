@@ -5,12 +5,7 @@ use strata::{page_of, where_is, Arena, Placement, StrataAlloc};
 
 #[test]
 fn vec_and_box_in_every_shared_arena() {
-    for place in [
-        Placement::Default,
-        Placement::Hot,
-        Placement::Cold,
-        Placement::Tier(1),
-    ] {
+    for place in [Placement::Default, Placement::Hot, Placement::Cold, Placement::Tier(1)] {
         let a = StrataAlloc::new(place);
         let mut v: Vec<u64, _> = Vec::new_in(a);
         for i in 0..100_000u64 {
@@ -37,7 +32,7 @@ fn over_aligned_types() {
         assert_eq!(&*p as *const Page as usize % 4096, 0);
         assert_eq!(p.0[4095], 1);
         let lines: Vec<Box<Line, _>, _> = (0..100).map(|i| Box::new_in(Line(i), a)).collect_in(a);
-        assert!(lines.iter().all(|l| &**l as *const Line as usize % 64 == 0));
+        assert!(lines.iter().all(|l| (&**l as *const Line as usize).is_multiple_of(64)));
         assert_eq!(lines.iter().map(|l| l.0).sum::<u64>(), 4950);
     }
 }
@@ -66,18 +61,13 @@ fn hashbrown_map_in_an_arena() {
     assert_eq!(m.len(), 25_000);
     assert_eq!(m.get(&4001).map(String::as_str), Some("v4001"));
     let (k, _) = m.iter().next().unwrap();
-    assert!(
-        arena.contains(k as *const u64),
-        "the table lives in the arena"
-    );
+    assert!(arena.contains(k as *const u64), "the table lives in the arena");
 }
 
 #[test]
 fn next_to_chains_share_pages() {
     // 64 chains of 200 nodes built interleaved: each chain's nodes on few pages
-    let arenas: std::vec::Vec<Arena> = (0..64)
-        .map(|_| Arena::new(Placement::Default).unwrap())
-        .collect();
+    let arenas: std::vec::Vec<Arena> = (0..64).map(|_| Arena::new(Placement::Default).unwrap()).collect();
     let mut tails: std::vec::Vec<*const u64> = std::vec::Vec::new();
     let mut boxes: std::vec::Vec<std::vec::Vec<Box<[u64; 4], StrataAlloc<'_>>>> =
         (0..64).map(|_| std::vec::Vec::new()).collect();
@@ -97,11 +87,7 @@ fn next_to_chains_share_pages() {
         let mut pages: std::vec::Vec<usize> = chain.iter().map(|b| page_of(&**b)).collect();
         pages.sort();
         pages.dedup();
-        assert!(
-            pages.len() <= 2,
-            "chain {i}: {} pages for 201 x 32 bytes",
-            pages.len()
-        );
+        assert!(pages.len() <= 2, "chain {i}: {} pages for 201 x 32 bytes", pages.len());
         assert!(chain.iter().all(|b| b[0] == i as u64));
     }
     // next_to a pointer from another arena stays in the arena asked
@@ -123,13 +109,7 @@ fn linked_list_with_next_to() {
             Some(h) => arena.next_to(&**h),
             None => arena.alloc(),
         };
-        let n = Box::new_in(
-            Node2 {
-                next: head.take(),
-                value: v,
-            },
-            a,
-        );
+        let n = Box::new_in(Node2 { next: head.take(), value: v }, a);
         addrs.push(page_of(&*n));
         head = Some(n);
     }

@@ -10,21 +10,11 @@
 use std::time::Instant;
 
 use serde::Serialize;
+use strata_util::{median, Host, Progress};
 
-use crate::bench::median;
-use crate::output::{emit, emit_json, progress};
+use crate::Error;
 
-#[derive(clap::Args)]
-pub struct Args {
-    /// Print JSON
-    #[arg(long)]
-    json: bool,
-    /// No progress lines
-    #[arg(long, short)]
-    quiet: bool,
-}
-
-/// The cost of an L1 hit in every preset (see emu/api.c).
+/// The cost of an L1 hit in every preset (emu/config.c's l1_ns).
 pub const L1_BASE_NS: f64 = 1.0;
 
 /// One cache level as sysfs describes it.
@@ -36,6 +26,8 @@ pub struct Level {
 
 #[derive(Serialize, Debug)]
 pub struct Calibration {
+    /// the machine measured
+    pub host: Host,
     pub l1: Level,
     pub l2: Level,
     pub llc: Level,
@@ -95,7 +87,7 @@ fn size(s: &str) -> Option<u64> {
 }
 
 /// The data and unified caches of cpu0 by level (L1D, L2, last level).
-fn caches() -> anyhow::Result<(Level, Level, Level)> {
+fn caches() -> Result<(Level, Level, Level), Error> {
     let mut levels: Vec<(u32, Level)> = Vec::new();
     for i in 0..8 {
         let d = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
@@ -115,7 +107,9 @@ fn caches() -> anyhow::Result<(Level, Level, Level)> {
         }
     }
     levels.sort_by_key(|(l, _)| *l);
-    anyhow::ensure!(levels.len() >= 3, "sysfs describes fewer than three data cache levels");
+    if levels.len() < 3 {
+        return Err(Error::Failed("sysfs describes fewer than three data cache levels".into()));
+    }
     Ok((levels[0].1, levels[1].1, levels[levels.len() - 1].1))
 }
 
@@ -127,13 +121,21 @@ struct Buffer {
 }
 
 impl Buffer {
-    fn new(bytes: usize, huge: bool) -> anyhow::Result<Buffer> {
+    fn new(bytes: usize, huge: bool) -> Result<Buffer, Error> {
         let map_len = bytes + (2 << 20);
         let map = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE,
-                       libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
-        anyhow::ensure!(map != libc::MAP_FAILED, "mmap of {bytes} bytes failed");
+        if map == libc::MAP_FAILED {
+            return Err(Error::Failed(format!("mmap of {bytes} bytes failed")));
+        }
         let base = ((map as usize + (2 << 20) - 1) & !((2 << 20) - 1)) as *mut u8;
         let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
         unsafe { libc::madvise(base as *mut libc::c_void, bytes, advice) };
@@ -154,7 +156,7 @@ struct Chase {
 }
 
 impl Chase {
-    fn new(bytes: usize, huge: bool) -> anyhow::Result<Chase> {
+    fn new(bytes: usize, huge: bool) -> Result<Chase, Error> {
         let buf = Buffer::new(bytes, huge)?;
         let lines = bytes / 64;
         let mut order: Vec<u32> = (0..lines as u32).collect();
@@ -164,8 +166,8 @@ impl Chase {
             order.swap(i, ((x >> 17) % i as u64) as usize); // Sattolo: a single cycle
         }
         let base = buf.base as *mut usize;
-        for i in 0..lines {
-            unsafe { *base.add(i * 8) = order[i] as usize * 8 };
+        for (i, next) in order.iter().enumerate() {
+            unsafe { *base.add(i * 8) = *next as usize * 8 };
         }
         let mut c = Chase { buf, p: 0 };
         c.hops(lines.min(1 << 20) as u64); // warm up: fault in, fill caches and TLBs
@@ -189,7 +191,7 @@ impl Chase {
     }
 }
 
-fn chase(bytes: usize, huge: bool, hops: u64) -> anyhow::Result<f64> {
+fn chase(bytes: usize, huge: bool, hops: u64) -> Result<f64, Error> {
     Ok(Chase::new(bytes, huge)?.ns_per_hop(hops))
 }
 
@@ -197,7 +199,7 @@ fn chase(bytes: usize, huge: bool, hops: u64) -> anyhow::Result<f64> {
 /// two chases alternate, and the medians of `rounds` rounds are taken, so that a slow moment of
 /// a shared machine does not land on one of them only (single measurements of the walk varied
 /// between 0 and 75 ns here).
-fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> anyhow::Result<(f64, f64)> {
+fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> Result<(f64, f64), Error> {
     let mut huge = Chase::new(bytes, true)?;
     let mut small = Chase::new(bytes, false)?;
     let (mut mem, mut walk) = (Vec::new(), Vec::new());
@@ -218,13 +220,11 @@ fn share(total: usize, threads: usize) -> usize {
 
 /// Streaming read bandwidth in MB/s of `threads` threads at once, each over its own share of
 /// `total` bytes (the best of three rounds, timed from the first start to the last finish).
-fn stream(total: usize, threads: usize) -> anyhow::Result<f64> {
+fn stream(total: usize, threads: usize) -> Result<f64, Error> {
     let bytes = share(total, threads);
-    let bufs = (0..threads).map(|_| Buffer::new(bytes, true)).collect::<anyhow::Result<Vec<_>>>()?;
-    let mut words: Vec<&mut [u64]> = bufs
-        .iter()
-        .map(|b| unsafe { std::slice::from_raw_parts_mut(b.base as *mut u64, bytes / 8) })
-        .collect();
+    let bufs = (0..threads).map(|_| Buffer::new(bytes, true)).collect::<Result<Vec<_>, Error>>()?;
+    let mut words: Vec<&mut [u64]> =
+        bufs.iter().map(|b| unsafe { std::slice::from_raw_parts_mut(b.base as *mut u64, bytes / 8) }).collect();
     for w in words.iter_mut() {
         for (i, x) in w.iter_mut().enumerate() {
             *x = i as u64;
@@ -254,13 +254,10 @@ fn mem_total() -> u64 {
         .map_or(1 << 34, |kb| kb * 1024)
 }
 
-/// Measure (a few seconds).
-pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
-    let say = |m: &str| {
-        if !quiet {
-            progress("calibrate", m)
-        }
-    };
+/// Measure (a few seconds; progress on stderr unless quiet).
+pub fn measure(quiet: bool) -> Result<Calibration, Error> {
+    let progress = Progress::new("calibrate", quiet);
+    let say = |m: &str| progress.say(m);
     let (l1, l2, llc) = caches()?;
     say("pointer chases: L1, L2, last-level cache");
     let l1_ns = chase((l1.bytes / 2) as usize, true, 20_000_000)?;
@@ -282,6 +279,7 @@ pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
     };
     let line_ns = 64.0 * 1000.0 / stream_mbps;
     Ok(Calibration {
+        host: Host::detect(),
         l1,
         l2,
         llc,
@@ -297,29 +295,34 @@ pub fn measure(quiet: bool) -> anyhow::Result<Calibration> {
     })
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    let c = measure(a.quiet)?;
-    if a.json {
-        return emit_json(&c);
+impl Calibration {
+    /// The human summary of `strata emu calibrate`.
+    pub fn table(&self) -> String {
+        let c = self;
+        let mut s = format!("host preset, measured natively on this machine ({})\n", c.host.cpu_model);
+        s += &format!(
+            "caches: L1D {} KiB {}-way, L2 {} KiB {}-way, LLC {} KiB {}-way (sysfs)\n",
+            c.l1.bytes >> 10,
+            c.l1.ways,
+            c.l2.bytes >> 10,
+            c.l2.ways,
+            c.llc.bytes >> 10,
+            c.llc.ways
+        );
+        s += &format!(
+            "latency (pointer chase): L1 {:.2} ns (the emulator charges L1 hits {L1_BASE_NS} ns), L2 {:.2} ns, LLC {:.2} ns, memory {:.1} ns\n",
+            c.l1_ns, c.l2_ns, c.llc_ns, c.memory_ns
+        );
+        s += &format!(
+            "page walk (4 KiB vs 2 MiB pages, memory chase): {:.1} ns\nstreaming read, one thread: {:.0} MB/s, so mlp {:.2}; every CPU at once: {:.0} MB/s (the tier's bandwidth)\n",
+            c.walk_ns, c.stream_mbps, c.mlp, c.memory_mbps
+        );
+        s += "\nas emulator settings:\n";
+        for (k, v) in c.settings() {
+            s += &format!("  {k}={v}\n");
+        }
+        s
     }
-    let mut s = String::from("host preset (measured natively on this machine)\n");
-    s += &format!(
-        "caches: L1D {} KiB {}-way, L2 {} KiB {}-way, LLC {} KiB {}-way (sysfs)\n",
-        c.l1.bytes >> 10, c.l1.ways, c.l2.bytes >> 10, c.l2.ways, c.llc.bytes >> 10, c.llc.ways
-    );
-    s += &format!(
-        "latency (pointer chase): L1 {:.2} ns (the emulator charges L1 hits {L1_BASE_NS} ns), L2 {:.2} ns, LLC {:.2} ns, memory {:.1} ns\n",
-        c.l1_ns, c.l2_ns, c.llc_ns, c.memory_ns
-    );
-    s += &format!(
-        "page walk (4 KiB vs 2 MiB pages, memory chase): {:.1} ns\nstreaming read, one thread: {:.0} MB/s, so mlp {:.2}; every CPU at once: {:.0} MB/s (the tier's bandwidth)\n",
-        c.walk_ns, c.stream_mbps, c.mlp, c.memory_mbps
-    );
-    s += "\nas emulator settings:\n";
-    for (k, v) in c.settings() {
-        s += &format!("  {k}={v}\n");
-    }
-    emit(&s)
 }
 
 #[cfg(test)]
@@ -333,6 +336,7 @@ mod tests {
     fn host_preset_bandwidth_is_every_cpu_streaming() {
         let l = Level { bytes: 1 << 20, ways: 16 };
         let c = Calibration {
+            host: Host::detect(),
             l1: l,
             l2: l,
             llc: l,

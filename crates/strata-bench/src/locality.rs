@@ -13,37 +13,31 @@ use std::ffi::c_void;
 
 use serde::Serialize;
 use strata_sys as sys;
+use strata_util::{median, Progress};
 
-use super::median;
-use crate::output::{emit, emit_json, progress};
+use crate::{ensure, failed, Error};
 
-#[derive(clap::Args)]
-pub struct Args {
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
     /// Number of lists
     #[arg(long, default_value_t = 1024)]
-    lists: usize,
+    pub lists: usize,
     /// Nodes per list
     #[arg(long, default_value_t = 1000)]
-    nodes: usize,
+    pub nodes: usize,
     /// Bytes per node (>= 16: a next pointer and a key)
     #[arg(long, default_value_t = 32)]
-    node_bytes: usize,
+    pub node_bytes: usize,
     /// Timed rounds (each round traverses every list once per variant)
     #[arg(long, default_value_t = 7)]
-    rounds: usize,
+    pub rounds: usize,
     /// Variants to build and time (malloc and next_to are needed for the speed-up)
     #[arg(long, value_delimiter = ',', default_value = "malloc,strata,next_to")]
-    variants: Vec<String>,
+    pub variants: Vec<String>,
     /// Do not count pages per traversal (they need a sort of every node address: slow on the
     /// emulated machine, which `strata emu validate` runs this on)
     #[arg(long)]
-    skip_pages: bool,
-    /// Print JSON: {pages_per_traversal: {malloc, strata, next_to}, traversal_speedup, ...}
-    #[arg(long)]
-    json: bool,
-    /// No progress lines on stderr
-    #[arg(long, short)]
-    quiet: bool,
+    pub skip_pages: bool,
 }
 
 #[repr(C)]
@@ -78,33 +72,28 @@ struct Lists {
 }
 
 impl Lists {
-    fn build(variant: Variant, a: &Args) -> anyhow::Result<Lists> {
+    fn build(variant: Variant, a: &Options) -> Result<Lists, Error> {
         let mut heads = vec![std::ptr::null_mut::<Node>(); a.lists];
         let mut tails = vec![std::ptr::null_mut::<Node>(); a.lists];
         let mut arenas = Vec::new();
         if variant == Variant::NextTo {
             for _ in 0..a.lists {
-                let ar = unsafe {
-                    sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
-                };
-                anyhow::ensure!(!ar.is_null(), "strata_arena_new failed");
+                let ar = unsafe { sys::strata_arena_new(sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT)) };
+                if ar.is_null() {
+                    return Err(failed("strata_arena_new failed"));
+                }
                 arenas.push(ar);
             }
         }
-        let mut lists = Lists {
-            variant,
-            heads: Vec::new(),
-            arenas,
-        };
+        let mut lists = Lists { variant, heads: Vec::new(), arenas };
         for i in 0..a.lists * a.nodes {
             let l = i % a.lists;
             let p = unsafe {
                 match variant {
                     Variant::Malloc => libc::malloc(a.node_bytes),
-                    Variant::Strata => sys::strata_malloc(
-                        a.node_bytes,
-                        sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT),
-                    ),
+                    Variant::Strata => {
+                        sys::strata_malloc(a.node_bytes, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
+                    }
                     Variant::NextTo => {
                         let mut place;
                         if tails[l].is_null() {
@@ -118,16 +107,11 @@ impl Lists {
                     }
                 }
             } as *mut Node;
-            anyhow::ensure!(
-                !p.is_null(),
-                "{} could not allocate node {i}",
-                variant.name()
-            );
+            if p.is_null() {
+                return Err(failed(format!("{} could not allocate node {i}", variant.name())));
+            }
             unsafe {
-                p.write(Node {
-                    next: std::ptr::null_mut(),
-                    key: i as u64,
-                });
+                p.write(Node { next: std::ptr::null_mut(), key: i as u64 });
                 if tails[l].is_null() {
                     heads[l] = p;
                 } else {
@@ -205,74 +189,54 @@ impl Drop for Lists {
     }
 }
 
-#[derive(Serialize)]
-struct Report {
+/// The benchmark's figures (`--json`).
+#[derive(Serialize, serde::Deserialize)]
+pub struct Report {
     /// "native", or "emulated" (times are simulated: see `strata emu run`)
-    machine: &'static str,
-    lists: usize,
-    nodes_per_list: usize,
-    node_bytes: usize,
-    rounds: usize,
-    page_bytes: usize,
+    pub machine: String,
+    pub lists: usize,
+    pub nodes_per_list: usize,
+    pub node_bytes: usize,
+    pub rounds: usize,
+    pub page_bytes: usize,
     /// mean distinct pages touched by one list's traversal, per variant
-    pages_per_traversal: BTreeMap<&'static str, f64>,
+    pub pages_per_traversal: BTreeMap<String, f64>,
     /// distinct pages holding all nodes, per variant
-    footprint_pages: BTreeMap<&'static str, usize>,
+    pub footprint_pages: BTreeMap<String, usize>,
     /// median over rounds of nodes visited per second, per variant
-    traversal_nodes_per_sec: BTreeMap<&'static str, f64>,
+    pub traversal_nodes_per_sec: BTreeMap<String, f64>,
     /// next_to throughput / malloc throughput, medians from the same rounds
-    traversal_speedup: f64,
+    pub traversal_speedup: f64,
     /// malloc pages per traversal / next_to pages per traversal (null with --skip-pages)
-    page_reduction: Option<f64>,
+    pub page_reduction: Option<f64>,
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        a.node_bytes >= 16,
-        "--node-bytes must be at least 16 (a pointer and a key)"
-    );
-    anyhow::ensure!(
-        a.lists > 0 && a.nodes > 0 && a.rounds > 0,
-        "--lists, --nodes and --rounds must be positive"
-    );
-    let say = |m: &str| {
-        if !a.quiet {
-            progress("locality", m)
-        }
-    };
-    let chosen: Vec<Variant> = Variant::ALL
-        .into_iter()
-        .filter(|v| a.variants.iter().any(|n| n == v.name()))
-        .collect();
+/// Build the lists, count their pages, time their traversals.
+pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
+    ensure(a.node_bytes >= 16, || "--node-bytes must be at least 16 (a pointer and a key)".into())?;
+    ensure(a.lists > 0 && a.nodes > 0 && a.rounds > 0, || "--lists, --nodes and --rounds must be positive".into())?;
+    let say = |m: &str| progress.say(m);
+    let chosen: Vec<Variant> = Variant::ALL.into_iter().filter(|v| a.variants.iter().any(|n| n == v.name())).collect();
     for n in &a.variants {
-        anyhow::ensure!(
-            Variant::ALL.iter().any(|v| v.name() == n),
-            "unknown variant '{n}' (malloc, strata, next_to)"
-        );
+        ensure(Variant::ALL.iter().any(|v| v.name() == n), || {
+            format!("unknown variant '{n}' (malloc, strata, next_to)")
+        })?;
     }
-    anyhow::ensure!(
-        chosen.contains(&Variant::Malloc) && chosen.contains(&Variant::NextTo),
-        "--variants must include malloc and next_to (the speed-up compares them)"
-    );
+    ensure(chosen.contains(&Variant::Malloc) && chosen.contains(&Variant::NextTo), || {
+        "--variants must include malloc and next_to (the speed-up compares them)".into()
+    })?;
     let mut built = Vec::new();
     for v in chosen.iter().copied() {
-        say(&format!(
-            "building {} lists x {} nodes of {} B with {}",
-            a.lists,
-            a.nodes,
-            a.node_bytes,
-            v.name()
-        ));
-        built.push(Lists::build(v, &a)?);
+        say(&format!("building {} lists x {} nodes of {} B with {}", a.lists, a.nodes, a.node_bytes, v.name()));
+        built.push(Lists::build(v, a)?);
     }
     let expect: u64 = (0..(a.lists * a.nodes) as u64).fold(0u64, |s, k| s.wrapping_add(k));
     let mut rates: BTreeMap<Variant, Vec<f64>> = BTreeMap::new();
     for l in &built {
-        anyhow::ensure!(
-            l.traverse() == expect,
-            "{}: lists are corrupt",
-            l.variant.name()
-        ); // warm-up + check
+        if l.traverse() != expect {
+            return Err(failed(format!("{}: lists are corrupt", l.variant.name())));
+            // warm-up + check
+        }
     }
     let nodes = (a.lists * a.nodes) as f64;
     for r in 0..a.rounds {
@@ -281,7 +245,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let t = strata::now_ns(); // simulated time on the emulated machine
             let sum = l.traverse();
             let dt = (strata::now_ns() - t).max(1) as f64 * 1e-9;
-            anyhow::ensure!(sum == expect, "{}: lists are corrupt", l.variant.name());
+            if sum != expect {
+                return Err(failed(format!("{}: lists are corrupt", l.variant.name())));
+            }
             rates.entry(l.variant).or_default().push(nodes / dt);
         }
     }
@@ -291,14 +257,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for l in &built {
         if !a.skip_pages {
             let (per, all) = l.pages();
-            pages.insert(l.variant.name(), per);
-            foot.insert(l.variant.name(), all);
+            pages.insert(l.variant.name().to_string(), per);
+            foot.insert(l.variant.name().to_string(), all);
         }
-        speed.insert(l.variant.name(), median(rates[&l.variant].clone()));
+        speed.insert(l.variant.name().to_string(), median(rates[&l.variant].clone()));
     }
     drop(built);
     let report = Report {
-        machine: if strata::emulated() { "emulated" } else { "native" },
+        machine: if strata::emulated() { "emulated" } else { "native" }.into(),
         lists: a.lists,
         nodes_per_list: a.nodes,
         node_bytes: a.node_bytes,
@@ -313,39 +279,40 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         footprint_pages: foot,
         traversal_nodes_per_sec: speed,
     };
-    if a.json {
-        return emit_json(&report);
-    }
-    let mut s = format!(
-        "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin ({})\n\n",
-        a.lists,
-        a.nodes,
-        a.node_bytes,
-        if strata::emulated() { "emulated machine, simulated time" } else { "native, this machine" }
-    );
-    s += &format!(
-        "{:<9} {:>16} {:>16} {:>20}\n",
-        "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s"
-    );
-    for v in &chosen {
-        let n = v.name();
-        let na = || "-".to_string();
-        s += &format!(
-            "{:<9} {:>16} {:>16} {:>20.1}\n",
-            n,
-            report.pages_per_traversal.get(n).map_or_else(na, |p| format!("{p:.1}")),
-            report.footprint_pages.get(n).map_or_else(na, |p| p.to_string()),
-            report.traversal_nodes_per_sec[n] / 1e6
+    Ok(report)
+}
+
+impl Report {
+    /// The human table.
+    pub fn table(&self) -> String {
+        let report = self;
+        let mut s = format!(
+            "NextTo locality: {} lists x {} nodes of {} B, inserted round-robin ({})\n\n",
+            self.lists,
+            self.nodes_per_list,
+            self.node_bytes,
+            if self.machine == "emulated" { "emulated machine, simulated time" } else { "native, this machine" }
         );
+        s += &format!(
+            "{:<9} {:>16} {:>16} {:>20}\n",
+            "variant", "pages/traversal", "footprint pages", "traversal Mnodes/s"
+        );
+        for n in self.traversal_nodes_per_sec.keys() {
+            let na = || "-".to_string();
+            s += &format!(
+                "{:<9} {:>16} {:>16} {:>20.1}\n",
+                n,
+                report.pages_per_traversal.get(n).map_or_else(na, |p| format!("{p:.1}")),
+                report.footprint_pages.get(n).map_or_else(na, |p| p.to_string()),
+                report.traversal_nodes_per_sec[n] / 1e6
+            );
+        }
+        if let Some(r) = report.page_reduction {
+            s += &format!("\nnext_to vs malloc: {r:.1}x fewer pages per list traversal");
+        } else {
+            s += "\nnext_to vs malloc:";
+        }
+        s += &format!(", {:.2}x traversal speed-up (median of {} rounds)\n", report.traversal_speedup, self.rounds);
+        s
     }
-    if let Some(r) = report.page_reduction {
-        s += &format!("\nnext_to vs malloc: {r:.1}x fewer pages per list traversal");
-    } else {
-        s += "\nnext_to vs malloc:";
-    }
-    s += &format!(
-        ", {:.2}x traversal speed-up (median of {} rounds)\n",
-        report.traversal_speedup, a.rounds
-    );
-    emit(&s)
 }

@@ -29,39 +29,35 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use strata_sys as sys;
+use strata_util::{find_built, median, Progress};
 
-use super::median;
-use crate::output::{emit, emit_json, progress};
+use strata_util::io;
 
-#[derive(clap::Args)]
-pub struct Args {
+use crate::{ensure, failed, Error};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
     /// malloc+free pairs per benchmark run, per thread
     #[arg(long, default_value_t = 2_000_000)]
-    ops: usize,
+    pub ops: usize,
     /// Rounds; each allocator runs each benchmark once per round
     #[arg(long, default_value_t = 5)]
-    rounds: usize,
+    pub rounds: usize,
     /// Only these benchmarks (comma separated): small-1t, small-2t, prodcons, mixed-1t
     #[arg(long, value_delimiter = ',')]
-    only: Vec<String>,
-    /// Only these allocators (comma separated): strata, strata-preload, glibc, jemalloc, mimalloc
+    pub only: Vec<String>,
+    /// Only these allocators (comma separated): strata, strata-preload, strata-preload-ctx,
+    /// glibc, jemalloc, mimalloc
     #[arg(long, value_delimiter = ',')]
-    allocators: Vec<String>,
+    pub allocators: Vec<String>,
     /// Also time a real program (perl) plain and under transparent mode, contexts off and on
     #[arg(long)]
-    program: bool,
-    /// Print JSON: {results: [{allocator, benchmark, ops_per_sec, threads}], ratios, program}
-    #[arg(long)]
-    json: bool,
-    /// No progress lines on stderr
-    #[arg(long, short)]
-    quiet: bool,
+    pub program: bool,
     /// Internal: measure the system malloc once and print its rate (the preloaded child)
     #[arg(long, hide = true)]
-    child_rate: Option<String>,
+    pub child_rate: Option<String>,
 }
 
 type MallocFn = unsafe extern "C" fn(usize) -> *mut c_void;
@@ -213,7 +209,11 @@ fn prodcons(a: Allocator, ops: usize) -> f64 {
     ops as f64 / t.elapsed().as_secs_f64()
 }
 
-const BENCHES: &[(&str, usize, fn(Allocator, usize) -> f64)] =
+/// A benchmark: its loop, given an allocator and the pairs to run; malloc+free pairs per second.
+type Bench = fn(Allocator, usize) -> f64;
+
+/// (name, threads, loop)
+const BENCHES: &[(&str, usize, Bench)] =
     &[("small-1t", 1, small_1t), ("small-2t", 2, small_2t), ("prodcons", 2, prodcons), ("mixed-1t", 1, mixed_1t)];
 
 const ALLOCATORS: &[&str] = &["strata", "strata-preload", "strata-preload-ctx", "glibc", "jemalloc", "mimalloc"];
@@ -225,57 +225,62 @@ enum Runner {
 }
 
 impl Runner {
-    fn measure(&self, bench: &str, f: fn(Allocator, usize) -> f64, ops: usize) -> anyhow::Result<f64> {
+    fn measure(&self, bench: &str, f: Bench, ops: usize) -> Result<f64, Error> {
         match self {
             Runner::Here(a) => Ok(f(*a, ops)),
             Runner::Preloaded(lib, env) => {
-                let out = Command::new(std::env::current_exe()?)
+                let exe = std::env::current_exe().map_err(io("finding this program"))?;
+                let out = Command::new(exe)
                     .args(["bench", "alloc", "--child-rate", bench, "--ops", &ops.to_string()])
                     .env("LD_PRELOAD", lib)
                     .envs(env.iter().copied())
                     .output()
-                    .context("running the preloaded benchmark child")?;
-                anyhow::ensure!(out.status.success(), "preloaded child failed: {}", String::from_utf8_lossy(&out.stderr));
-                Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
+                    .map_err(io("running the preloaded benchmark child"))?;
+                if !out.status.success() {
+                    return Err(failed(format!("preloaded child failed: {}", String::from_utf8_lossy(&out.stderr))));
+                }
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.trim().parse().map_err(|_| failed(format!("the preloaded child printed '{}'", text.trim())))
             }
         }
     }
 }
 
-#[derive(Serialize)]
-struct Row {
-    allocator: String,
-    benchmark: &'static str,
-    threads: usize,
-    ops_per_sec: f64,
-    rounds: usize,
+#[derive(Serialize, Deserialize)]
+pub struct Row {
+    pub allocator: String,
+    pub benchmark: String,
+    pub threads: usize,
+    pub ops_per_sec: f64,
+    pub rounds: usize,
 }
 
-#[derive(Serialize)]
-struct ProgramResult {
-    command: String,
-    rounds: usize,
+#[derive(Serialize, Deserialize)]
+pub struct ProgramResult {
+    pub command: String,
+    pub rounds: usize,
     /// median wall seconds per configuration (noisy on shared machines)
-    seconds: BTreeMap<&'static str, f64>,
+    pub seconds: BTreeMap<String, f64>,
     /// instructions per configuration, counted by callgrind on a smaller run (repeatable);
     /// empty when valgrind is not installed
-    instructions: BTreeMap<&'static str, u64>,
-    instructions_command: String,
+    pub instructions: BTreeMap<String, u64>,
+    pub instructions_command: String,
     /// (contexts on) / (contexts off) - 1 in instructions (wall time when no valgrind)
-    context_overhead: f64,
+    pub context_overhead: f64,
     /// (strata, contexts on) / glibc - 1, same measure
-    vs_glibc: f64,
+    pub vs_glibc: f64,
 }
 
-#[derive(Serialize)]
-struct Report {
-    machine: &'static str,
-    ops_per_run: usize,
-    results: Vec<Row>,
+/// The benchmark's figures (`--json`).
+#[derive(Serialize, Deserialize)]
+pub struct Report {
+    pub machine: String,
+    pub ops_per_run: usize,
+    pub results: Vec<Row>,
     /// allocator ops_per_sec / glibc ops_per_sec, per benchmark then allocator
-    ratios: BTreeMap<&'static str, BTreeMap<String, f64>>,
-    skipped: Vec<String>,
-    program: Option<ProgramResult>,
+    pub ratios: BTreeMap<String, BTreeMap<String, f64>>,
+    pub skipped: Vec<String>,
+    pub program: Option<ProgramResult>,
 }
 
 fn perl_program(keys: u32) -> String {
@@ -287,15 +292,21 @@ fn perl_program(keys: u32) -> String {
 
 type Env = Vec<(&'static str, String)>;
 
-fn time_program(script: &str, env: &Env) -> anyhow::Result<f64> {
+fn time_program(script: &str, env: &Env) -> Result<f64, Error> {
     let t = Instant::now();
-    let st = Command::new("perl").args(["-e", script]).envs(env.iter().map(|(k, v)| (k, v))).output().context("running perl")?;
-    anyhow::ensure!(st.status.success(), "perl failed: {}", String::from_utf8_lossy(&st.stderr));
+    let st = Command::new("perl")
+        .args(["-e", script])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .map_err(io("running perl"))?;
+    if !st.status.success() {
+        return Err(failed(format!("perl failed: {}", String::from_utf8_lossy(&st.stderr))));
+    }
     Ok(t.elapsed().as_secs_f64())
 }
 
 /// Instructions the program executes, from callgrind; None without valgrind.
-fn count_instructions(script: &str, env: &Env) -> anyhow::Result<Option<u64>> {
+fn count_instructions(script: &str, env: &Env) -> Result<Option<u64>, Error> {
     let out = match Command::new("valgrind")
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", "perl", "-e", script])
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -305,15 +316,15 @@ fn count_instructions(script: &str, env: &Env) -> anyhow::Result<Option<u64>> {
         Err(_) => return Ok(None),
     };
     let err = String::from_utf8_lossy(&out.stderr);
-    let n = err
-        .lines()
-        .find_map(|l| l.split("Collected :").nth(1))
-        .and_then(|v| v.trim().replace(',', "").parse().ok());
-    anyhow::ensure!(n.is_some(), "callgrind gave no count: {err}");
+    let n =
+        err.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().replace(',', "").parse().ok());
+    if n.is_none() {
+        return Err(failed(format!("callgrind gave no count: {err}")));
+    }
     Ok(n)
 }
 
-fn program(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> anyhow::Result<ProgramResult> {
+fn program(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<ProgramResult, Error> {
     let configs: [(&'static str, Env); 3] = [
         ("glibc", vec![]),
         ("strata-contexts-off", vec![("LD_PRELOAD", lib.to_string()), ("STRATA_CONTEXTS", "0".into())]),
@@ -321,21 +332,21 @@ fn program(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> anyhow::Result<Progr
     ];
     let big = perl_program(400_000);
     let small = perl_program(60_000);
-    let mut times: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for r in 0..rounds {
         say(&format!("program round {}/{}", r + 1, rounds));
         for (name, env) in &configs {
-            times.entry(name).or_default().push(time_program(&big, env)?);
+            times.entry(name.to_string()).or_default().push(time_program(&big, env)?);
         }
     }
     let mut instructions = BTreeMap::new();
     for (name, env) in &configs {
         say(&format!("counting instructions with callgrind: {name}"));
         if let Some(n) = count_instructions(&small, env)? {
-            instructions.insert(*name, n);
+            instructions.insert(name.to_string(), n);
         }
     }
-    let seconds: BTreeMap<&'static str, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
+    let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
     let measure = |k: &str| instructions.get(k).map(|n| *n as f64).unwrap_or(seconds[k]);
     Ok(ProgramResult {
         command: format!("perl -e '{big}'"),
@@ -348,27 +359,28 @@ fn program(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> anyhow::Result<Progr
     })
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    if let Some(b) = &a.child_rate {
-        let (_, _, f) = BENCHES.iter().find(|x| x.0 == b).context("unknown benchmark")?;
-        return emit(&format!("{}\n", f(glibc(), a.ops))); // malloc here is the preloaded one
-    }
+/// The preloaded child's measurement: one benchmark with the system malloc, which in the
+/// child is the preloaded allocator's.
+pub fn child_rate(bench: &str, ops: usize) -> Result<f64, Error> {
+    let (_, _, f) =
+        BENCHES.iter().find(|x| x.0 == bench).ok_or_else(|| failed(format!("unknown benchmark '{bench}'")))?;
+    Ok(f(glibc(), ops))
+}
+
+/// Every allocator on every benchmark, rounds taking turns.
+pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
     for o in &a.only {
-        anyhow::ensure!(BENCHES.iter().any(|b| b.0 == o), "unknown benchmark '{o}' (see --help)");
+        ensure(BENCHES.iter().any(|b| b.0 == o), || format!("unknown benchmark '{o}' (see --help)"))?;
     }
     for o in &a.allocators {
-        anyhow::ensure!(ALLOCATORS.contains(&o.as_str()), "unknown allocator '{o}' (see --help)");
+        ensure(ALLOCATORS.contains(&o.as_str()), || format!("unknown allocator '{o}' (see --help)"))?;
     }
-    anyhow::ensure!(a.ops >= 64 && a.rounds > 0, "--ops must be at least 64 and --rounds positive");
-    let say = |m: &str| {
-        if !a.quiet {
-            progress("alloc", m)
-        }
-    };
+    ensure(a.ops >= 64 && a.rounds > 0, || "--ops must be at least 64 and --rounds positive".into())?;
+    let say = |m: &str| progress.say(m);
     let wanted = |n: &str| a.allocators.is_empty() || a.allocators.iter().any(|x| x == n) || n == "glibc";
     let mut runners: Vec<(String, Runner)> = Vec::new();
     let mut skipped = Vec::new();
-    let lib = crate::run::find_lib(None);
+    let lib = find_built("libstrata.so", Some("STRATA_LIB"), "make lib");
     for name in ALLOCATORS.iter().filter(|n| wanted(n)) {
         let r = match *name {
             "strata" => Some(Runner::Here(Allocator { malloc: strata_default_malloc, free: sys::strata_free })),
@@ -376,7 +388,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "jemalloc" => system_lib("libjemalloc.so.2").map(|l| Runner::Preloaded(l, vec![])),
             "mimalloc" => system_lib("libmimalloc.so.2").map(|l| Runner::Preloaded(l, vec![])),
             "strata-preload" => lib.as_ref().ok().map(|l| Runner::Preloaded(l.clone(), vec![("STRATA_CONTEXTS", "0")])),
-            "strata-preload-ctx" => lib.as_ref().ok().map(|l| Runner::Preloaded(l.clone(), vec![("STRATA_CONTEXTS", "1")])),
+            "strata-preload-ctx" => {
+                lib.as_ref().ok().map(|l| Runner::Preloaded(l.clone(), vec![("STRATA_CONTEXTS", "1")]))
+            }
             _ => None,
         };
         match r {
@@ -385,7 +399,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     for s in &skipped {
-        eprintln!("[alloc] skipped {s}");
+        progress.say(&format!("skipped {s}"));
     }
     let chosen: Vec<_> = BENCHES.iter().filter(|b| a.only.is_empty() || a.only.iter().any(|o| o == b.0)).collect();
     let mut rates: BTreeMap<(&str, String), Vec<f64>> = BTreeMap::new();
@@ -400,53 +414,88 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let mut results = Vec::new();
-    let mut ratios: BTreeMap<&'static str, BTreeMap<String, f64>> = BTreeMap::new();
+    let mut ratios: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for b in &chosen {
         let g = median(rates[&(b.0, "glibc".to_string())].clone());
         for (name, _) in &runners {
             let v = median(rates[&(b.0, name.clone())].clone());
-            results.push(Row { allocator: name.clone(), benchmark: b.0, threads: b.1, ops_per_sec: v, rounds: a.rounds });
-            ratios.entry(b.0).or_default().insert(name.clone(), v / g);
+            results.push(Row {
+                allocator: name.clone(),
+                benchmark: b.0.into(),
+                threads: b.1,
+                ops_per_sec: v,
+                rounds: a.rounds,
+            });
+            ratios.entry(b.0.into()).or_default().insert(name.clone(), v / g);
         }
     }
     let program = if a.program {
-        let l = lib.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let l = lib?;
         Some(program(&l.display().to_string(), a.rounds, &say)?)
     } else {
         None
     };
-    let report = Report { machine: "native", ops_per_run: a.ops, results, ratios, skipped, program };
-    if a.json {
-        return emit_json(&report);
-    }
-    let mut s = format!("Allocation throughput, M malloc+free pairs per second (native, median of {} rounds; ratio to glibc)\n\n", a.rounds);
-    s += &format!("{:<10} {:>3}", "benchmark", "thr");
-    for (name, _) in &runners {
-        s += &format!(" {:>19}", name);
-    }
-    s += "\n";
-    for b in &chosen {
-        s += &format!("{:<10} {:>3}", b.0, b.1);
-        for (name, _) in &runners {
-            let v = report.results.iter().find(|r| r.benchmark == b.0 && &r.allocator == name).map_or(0.0, |r| r.ops_per_sec);
-            s += &format!(" {:>10.1} ({:>5.2}x)", v / 1e6, report.ratios[b.0][name]);
+    Ok(Report { machine: "native".into(), ops_per_run: a.ops, results, ratios, skipped, program })
+}
+
+impl Report {
+    /// The human table.
+    pub fn table(&self) -> String {
+        let report = self;
+        let mut allocators: Vec<&str> = Vec::new();
+        let mut benches: Vec<(&str, usize)> = Vec::new();
+        for r in &self.results {
+            if !allocators.contains(&r.allocator.as_str()) {
+                allocators.push(&r.allocator);
+            }
+            if !benches.iter().any(|b| b.0 == r.benchmark) {
+                benches.push((&r.benchmark, r.threads));
+            }
+        }
+        let rounds = self.results.first().map_or(0, |r| r.rounds);
+        let mut s = format!("Allocation throughput, M malloc+free pairs per second (native, median of {rounds} rounds; ratio to glibc)\n\n");
+        s += &format!("{:<10} {:>3}", "benchmark", "thr");
+        for name in &allocators {
+            s += &format!(" {:>19}", name);
         }
         s += "\n";
-    }
-    if let Some(p) = &report.program {
-        s += &format!(
+        for b in &benches {
+            s += &format!("{:<10} {:>3}", b.0, b.1);
+            for name in &allocators {
+                let v = report
+                    .results
+                    .iter()
+                    .find(|r| r.benchmark == b.0 && r.allocator == *name)
+                    .map_or(0.0, |r| r.ops_per_sec);
+                s += &format!(" {:>10.1} ({:>5.2}x)", v / 1e6, report.ratios[b.0][*name]);
+            }
+            s += "\n";
+        }
+        if let Some(p) = &report.program {
+            s += &format!(
             "\nWhole program: perl building a 400,000-key hash; wall seconds, median of {} runs (noisy):\n  glibc {:.3}, strata contexts off {:.3}, contexts on {:.3}\n",
             p.rounds, p.seconds["glibc"], p.seconds["strata-contexts-off"], p.seconds["strata-contexts-on"]
         );
-        if let (Some(g), Some(off), Some(on)) = (p.instructions.get("glibc"), p.instructions.get("strata-contexts-off"), p.instructions.get("strata-contexts-on")) {
-            s += &format!("Instructions (callgrind, 60,000 keys): glibc {g}, strata contexts off {off}, contexts on {on}\n");
+            if let (Some(g), Some(off), Some(on)) = (
+                p.instructions.get("glibc"),
+                p.instructions.get("strata-contexts-off"),
+                p.instructions.get("strata-contexts-on"),
+            ) {
+                s += &format!(
+                    "Instructions (callgrind, 60,000 keys): glibc {g}, strata contexts off {off}, contexts on {on}\n"
+                );
+            }
+            s += &format!(
+                "Context tracking costs {:+.1} %; strata with contexts vs glibc {:+.1} % ({})\n",
+                p.context_overhead * 100.0,
+                p.vs_glibc * 100.0,
+                if p.instructions.is_empty() {
+                    "wall time: install valgrind for instruction counts"
+                } else {
+                    "instructions"
+                }
+            );
         }
-        s += &format!(
-            "Context tracking costs {:+.1} %; strata with contexts vs glibc {:+.1} % ({})\n",
-            p.context_overhead * 100.0,
-            p.vs_glibc * 100.0,
-            if p.instructions.is_empty() { "wall time: install valgrind for instruction counts" } else { "instructions" }
-        );
+        s
     }
-    emit(&s)
 }

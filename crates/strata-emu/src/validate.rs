@@ -8,6 +8,7 @@
 //!      natively and, built with `strata emu cargo`, on the `host` preset (this machine,
 //!      calibrated first; one tier);
 //!   3. speed: simulated accesses per second of wall time, and slowdown vs native.
+//!
 //! Every timed program runs --repeat times, native and emulated alternating, so that a change
 //! in the machine's speed meets both: a speed-up is the median over the runs, a speed the
 //! fastest run on each side (another tenant's load only ever slows a run down); every run's
@@ -17,36 +18,28 @@ use std::path::PathBuf;
 use std::process::Command as Proc;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
 use serde::Serialize;
 use serde_json::Value;
+use strata_util::{find_built, median, Host, Progress};
 
-use super::{run_emulated, Machine};
-use crate::bench::median;
-use crate::output::{emit, emit_json, progress};
+use crate::{run_emulated, toolchain, Error, Machine};
 
-#[derive(clap::Args)]
-pub struct Args {
+/// What `strata emu validate` runs.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
     /// Smaller workloads (seconds instead of a minute; what the test suite runs)
     #[arg(long)]
-    quick: bool,
-    /// Print JSON: max_miss_rel_err, layout_speedup_native, layout_speedup_emulated,
-    /// accesses_per_sec, and the details
-    #[arg(long)]
-    json: bool,
-    /// No progress lines
-    #[arg(long, short)]
-    quiet: bool,
+    pub quick: bool,
     /// Runs of each timed program, native and emulated alternating [default: 3, 1 with --quick]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
-    repeat: Option<u32>,
+    pub repeat: Option<u32>,
 }
 
 /// The geometry both cachegrind and the emulator use for the comparison.
 const D1: (u64, u64) = (32 << 10, 8);
 const LL: (u64, u64) = (8 << 20, 16);
 
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct Workload {
     name: String,
     args: Vec<String>,
@@ -61,7 +54,7 @@ struct Workload {
 }
 
 /// The layout benchmark's runs, in order.
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct Layout {
     args: Vec<String>,
     native_speedups: Vec<f64>,
@@ -74,7 +67,7 @@ struct Layout {
 
 /// One program run natively and on the emulator, --repeat times: how fast the emulator was,
 /// from the fastest run on each side.
-#[derive(Serialize)]
+#[derive(Serialize, serde::Deserialize)]
 struct Speed {
     accesses: u64,
     native_s: f64,
@@ -104,61 +97,72 @@ impl Speed {
     }
 }
 
-#[derive(Serialize)]
-struct Report {
+/// The validation's figures (`--json`).
+#[derive(Serialize, serde::Deserialize)]
+pub struct Report {
+    /// the machine every figure below was measured on
+    pub cpu_model: String,
     /// worst relative difference of a miss count (D1 or LL) vs cachegrind, as a fraction
-    max_miss_rel_err: f64,
+    pub max_miss_rel_err: f64,
     /// medians over the runs
-    layout_speedup_native: f64,
-    layout_speedup_emulated: f64,
+    pub layout_speedup_native: f64,
+    pub layout_speedup_emulated: f64,
     /// emulated / native layout speed-up
-    layout_ratio: f64,
+    pub layout_ratio: f64,
     /// runs of each timed program, native and emulated alternating
-    repeat: u32,
+    pub repeat: u32,
     /// simulated accesses per second of wall time over the emulated programs (one thread
     /// each), each program's fastest run
-    accesses_per_sec: f64,
+    pub accesses_per_sec: f64,
     /// the same accesses over the native programs' fastest runs: the ceiling this machine
     /// gives the emulator at the hour of the run
-    native_accesses_per_sec: f64,
+    pub native_accesses_per_sec: f64,
     /// emulated wall time / native wall time over the same programs, fastest runs
-    slowdown: f64,
+    pub slowdown: f64,
     geometry: Value,
     workloads: Vec<Workload>,
     layout: Layout,
+    /// the calibrated host preset the layout ran on
     host: Machine,
+    machine: Host,
 }
 
-fn built(name: &str) -> anyhow::Result<PathBuf> {
-    crate::run::find_built(name, None, "make emu")
+fn built(name: &str) -> Result<PathBuf, Error> {
+    Ok(find_built(name, None, "make emu")?)
 }
 
-fn wall(cmd: &mut Proc) -> anyhow::Result<(f64, Vec<u8>)> {
+fn wall(cmd: &mut Proc) -> Result<(f64, Vec<u8>), Error> {
     let t = Instant::now();
-    let o = cmd.output().with_context(|| format!("running {:?}", cmd.get_program()))?;
+    let o = cmd.output().map_err(strata_util::io(format!("running {:?}", cmd.get_program())))?;
     let s = t.elapsed().as_secs_f64();
     if !o.status.success() {
-        bail!("{:?} failed: {}", cmd.get_program(), String::from_utf8_lossy(&o.stderr));
+        return Err(Error::Failed(format!("{:?} failed: {}", cmd.get_program(), String::from_utf8_lossy(&o.stderr))));
     }
     Ok((s, o.stdout))
 }
 
+fn failed(what: impl Into<String>) -> Error {
+    Error::Failed(what.into())
+}
+
 /// Parse "==123== D1  misses:  3,147,600  (..." style lines of cachegrind's summary.
-fn cachegrind_count(text: &str, label: &str) -> anyhow::Result<u64> {
+fn cachegrind_count(text: &str, label: &str) -> Result<u64, Error> {
     let line = text
         .lines()
         .find(|l| l.contains(label))
-        .with_context(|| format!("cachegrind printed no '{label}' line"))?;
+        .ok_or_else(|| failed(format!("cachegrind printed no '{label}' line")))?;
     let after = line.split(label).nth(1).unwrap_or("").trim_start();
     let num: String = after.chars().take_while(|c| c.is_ascii_digit() || *c == ',').collect();
-    num.replace(',', "").parse().with_context(|| format!("cachegrind's '{line}'"))
+    num.replace(',', "").parse().map_err(|_| failed(format!("cachegrind's '{line}'")))
 }
 
 /// The figures of a repeated emulated run: single-threaded runs in the same environment repeat
 /// exactly, so any difference is an error.
-fn same_every_run<T: PartialEq + std::fmt::Debug>(seen: &mut Option<T>, got: T, what: &str) -> anyhow::Result<()> {
+fn same_every_run<T: PartialEq + std::fmt::Debug>(seen: &mut Option<T>, got: T, what: &str) -> Result<(), Error> {
     if let Some(s) = seen {
-        anyhow::ensure!(*s == got, "{what}: the emulated runs differ: {s:?} vs {got:?}");
+        if *s != got {
+            return Err(failed(format!("{what}: the emulated runs differ: {s:?} vs {got:?}")));
+        }
     }
     *seen = Some(got);
     Ok(())
@@ -171,12 +175,10 @@ fn rel(a: u64, b: u64) -> f64 {
     (a as f64 - b as f64).abs() / b as f64
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    let say = |m: &str| {
-        if !a.quiet {
-            progress("validate", m)
-        }
-    };
+/// Validate (a minute, or seconds with --quick; progress on stderr unless quiet).
+pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
+    let progress = Progress::new("validate", quiet);
+    let say = |m: &str| progress.say(m);
     let repeat = a.repeat.unwrap_or(if a.quick { 1 } else { 3 });
     let plain = built("emu/access")?;
     let instrumented = built("emu/access-emu")?;
@@ -203,9 +205,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .arg(&plain)
             .args(args)
             .output()
-            .context("running valgrind (install valgrind)")?;
+            .map_err(strata_util::io("running valgrind (install valgrind)"))?;
         let text = String::from_utf8_lossy(&o.stderr);
-        anyhow::ensure!(o.status.success(), "cachegrind failed: {text}");
+        if !o.status.success() {
+            return Err(failed(format!("cachegrind failed: {text}")));
+        }
         let cg_d1 = cachegrind_count(&text, "D1  misses:")?;
         let cg_ll = cachegrind_count(&text, "LLd misses:")?;
         let (mut native_runs, mut emu_runs, mut counts) = (Vec::new(), Vec::new(), None);
@@ -213,10 +217,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             native_runs.push(wall(Proc::new(&plain).args(args))?.0);
             let mut c = Proc::new(&instrumented);
             c.args(args);
-            let (st, _, rep) = run_emulated(&cg_machine, &mut c, true)?;
-            anyhow::ensure!(st.success(), "{} {:?} failed on the emulator", instrumented.display(), args);
-            emu_runs.push(rep.wall_s);
-            let got = (rep.total("l1_misses"), rep.total("llc_misses"), rep.total("accesses"));
+            let r = run_emulated(&cg_machine, &mut c, true)?;
+            if !r.status.success() {
+                return Err(failed(format!("{} {:?} failed on the emulator", instrumented.display(), args)));
+            }
+            emu_runs.push(r.wall_s);
+            let t = &r.report.totals;
+            let got = (t.l1_misses, t.llc_misses, t.accesses);
             same_every_run(&mut counts, got, name)?;
         }
         let (d1, ll, acc) = counts.expect("repeat is at least 1");
@@ -234,12 +241,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     say("calibrating the host preset");
-    let mut host = Machine::preset("host", a.quiet)?;
+    let mut host = Machine::preset("host", quiet)?;
     host.set("huge", "0");
     let (lists, nodes, rounds) = if a.quick { ("256", "2000", "2") } else { ("1024", "8000", "3") };
     let largs: Vec<String> = [
-        "bench", "locality", "--lists", lists, "--nodes", nodes, "--rounds", rounds,
-        "--variants", "malloc,next_to", "--skip-pages", "--json", "--quiet",
+        "bench",
+        "locality",
+        "--lists",
+        lists,
+        "--nodes",
+        nodes,
+        "--rounds",
+        rounds,
+        "--variants",
+        "malloc,next_to",
+        "--skip-pages",
+        "--json",
+        "--quiet",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -254,7 +272,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if repeat > 1 {
             say(&format!("layout: run {}/{repeat}", r + 1));
         }
-        let mut native = Proc::new(std::env::current_exe()?);
+        let exe = std::env::current_exe().map_err(strata_util::io("finding this program"))?;
+        let mut native = Proc::new(exe);
         native.args(&largs);
         unsafe {
             // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
@@ -264,20 +283,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             });
         }
         let (native_s, out) = wall(&mut native)?;
-        let nat: Value = serde_json::from_slice(&out).context("native locality JSON")?;
-        let mut emu = Proc::new(super::emu_strata()?);
+        let nat: Value = serde_json::from_slice(&out).map_err(|e| failed(format!("native locality JSON: {e}")))?;
+        let mut emu = Proc::new(toolchain::emu_strata()?);
         emu.args(&largs);
-        let (st, out, rep) = run_emulated(&host, &mut emu, true)?;
-        anyhow::ensure!(st.success(), "the emulated locality benchmark failed");
-        let em: Value = serde_json::from_slice(&out).context("emulated locality JSON")?;
-        anyhow::ensure!(em["machine"] == "emulated", "the emulated run did not see the emulator");
-        same_every_run(&mut accesses, rep.total("accesses"), "layout (accesses)")?;
-        native_speedups.push(nat["traversal_speedup"].as_f64().context("native traversal_speedup")?);
-        emulated_speedups.push(em["traversal_speedup"].as_f64().context("emulated traversal_speedup")?);
+        let r = run_emulated(&host, &mut emu, true)?;
+        if !r.status.success() {
+            return Err(failed("the emulated locality benchmark failed"));
+        }
+        let em: Value =
+            serde_json::from_slice(&r.stdout).map_err(|e| failed(format!("emulated locality JSON: {e}")))?;
+        if em["machine"] != "emulated" {
+            return Err(failed("the emulated run did not see the emulator"));
+        }
+        same_every_run(&mut accesses, r.report.totals.accesses, "layout (accesses)")?;
+        let speedup = |v: &Value, which: &str| {
+            v["traversal_speedup"].as_f64().ok_or_else(|| failed(format!("{which} traversal_speedup")))
+        };
+        native_speedups.push(speedup(&nat, "native")?);
+        emulated_speedups.push(speedup(&em, "emulated")?);
         native_nodes_per_sec.push(nat["traversal_nodes_per_sec"].clone());
         emulated_nodes_per_sec.push(em["traversal_nodes_per_sec"].clone());
         native_runs.push(native_s);
-        emu_runs.push(rep.wall_s);
+        emu_runs.push(r.wall_s);
     }
     let sp_n = median(native_speedups.clone());
     let sp_e = median(emulated_speedups.clone());
@@ -295,6 +322,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let esec: f64 = runs.iter().map(|r| r.emulated_s).sum();
     let nsec: f64 = runs.iter().map(|r| r.native_s).sum();
     let report = Report {
+        cpu_model: Host::detect().cpu_model,
         max_miss_rel_err: workloads.iter().map(|w| w.d1_rel_err.max(w.ll_rel_err)).fold(0.0, f64::max),
         layout_speedup_native: sp_n,
         layout_speedup_emulated: sp_e,
@@ -307,43 +335,65 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         workloads,
         layout,
         host,
+        machine: Host::detect(),
     };
-    if a.json {
-        return emit_json(&report);
-    }
-    let mut s = format!(
-        "cache misses vs cachegrind (D1 {} KiB {}-way, LL {} MiB {}-way, 64 B lines)\n",
-        D1.0 >> 10, D1.1, LL.0 >> 20, LL.1
-    );
-    s += &format!(
-        "{:<16} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8} {:>10} {:>9}\n",
-        "workload", "D1 cg", "D1 emu", "diff", "LL cg", "LL emu", "diff", "Macc/s", "slowdown"
-    );
-    for w in &report.workloads {
+    Ok(report)
+}
+
+impl Report {
+    /// The human summary.
+    pub fn table(&self) -> String {
+        let report = self;
+        let (sp_n, sp_e) = (self.layout_speedup_native, self.layout_speedup_emulated);
+        let mut s = format!("emulator validation on {}\n", self.cpu_model);
         s += &format!(
-            "{:<16} {:>12} {:>12} {:>7.3}% {:>12} {:>12} {:>7.3}% {:>10.1} {:>8.1}x\n",
-            w.name, w.cachegrind_d1_misses, w.emulator_d1_misses, 100.0 * w.d1_rel_err,
-            w.cachegrind_ll_misses, w.emulator_ll_misses, 100.0 * w.ll_rel_err,
-            w.speed.accesses_per_sec / 1e6, w.speed.slowdown
+            "cache misses vs cachegrind (D1 {} KiB {}-way, LL {} MiB {}-way, 64 B lines)\n",
+            D1.0 >> 10,
+            D1.1,
+            LL.0 >> 20,
+            LL.1
         );
-    }
-    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
-    let l = &report.layout;
-    s += &format!(
+        s += &format!(
+            "{:<16} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8} {:>10} {:>9}\n",
+            "workload", "D1 cg", "D1 emu", "diff", "LL cg", "LL emu", "diff", "Macc/s", "slowdown"
+        );
+        for w in &report.workloads {
+            s += &format!(
+                "{:<16} {:>12} {:>12} {:>7.3}% {:>12} {:>12} {:>7.3}% {:>10.1} {:>8.1}x\n",
+                w.name,
+                w.cachegrind_d1_misses,
+                w.emulator_d1_misses,
+                100.0 * w.d1_rel_err,
+                w.cachegrind_ll_misses,
+                w.emulator_ll_misses,
+                100.0 * w.ll_rel_err,
+                w.speed.accesses_per_sec / 1e6,
+                w.speed.slowdown
+            );
+        }
+        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
+        let l = &report.layout;
+        s += &format!(
         "\nlayout (strata bench locality, next_to vs malloc): native {:.2}x, emulated (host preset) {:.2}x, ratio {:.2}\n",
         sp_n, sp_e, report.layout_ratio
     );
-    s += &format!(
-        "  speed-ups, run by run: native {}, emulated {}; seconds: native {}, emulated {}\n",
-        list(&l.native_speedups), list(&l.emulated_speedups),
-        list(&l.speed.native_runs_s), list(&l.speed.emulated_runs_s)
-    );
-    s += &format!(
-        "emulator speed: {:.1} M simulated accesses/s, {:.2}x slower than native, which did {:.1} M \
+        s += &format!(
+            "  speed-ups, run by run: native {}, emulated {}; seconds: native {}, emulated {}\n",
+            list(&l.native_speedups),
+            list(&l.emulated_speedups),
+            list(&l.speed.native_runs_s),
+            list(&l.speed.emulated_runs_s)
+        );
+        s += &format!(
+            "emulator speed: {:.1} M simulated accesses/s, {:.2}x slower than native, which did {:.1} M \
          accesses/s (every program above, its fastest of {} runs on each side)\n",
-        report.accesses_per_sec / 1e6, report.slowdown, report.native_accesses_per_sec / 1e6, report.repeat
-    );
-    emit(&s)
+            report.accesses_per_sec / 1e6,
+            report.slowdown,
+            report.native_accesses_per_sec / 1e6,
+            report.repeat
+        );
+        s
+    }
 }
 
 #[cfg(test)]

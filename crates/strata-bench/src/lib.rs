@@ -1,0 +1,57 @@
+//! Strata's benchmarks. Each is a module with its options (the command line's), a `run` that
+//! measures and returns a typed report, and the report's human table; `strata bench NAME`
+//! prints the table or, with `--json`, the report, and with `--out DIR` writes it as a
+//! [`results`] file that names the machine, the date and the command.
+//!
+//! Every figure is a ratio measured side by side in one run, never an absolute time compared
+//! across runs or machines.
+//!
+//! - [`locality`]: NextTo against malloc: pages per list traversal, traversal speed-up;
+//! - [`alloc`]: allocation throughput of Strata next to glibc, jemalloc and mimalloc, and the
+//!   whole-program cost of transparent mode;
+//! - [`ycsb`]: M2T's key-value case study, natively, over the network and on the emulated
+//!   machine, with M2T's plots ([`plot`]);
+//! - [`tiering`]: workloads x policies x fast-tier sizes on the emulated machine (the tiering
+//!   engine's benchmark);
+//! - [`summary`]: the headline figures of every results file, as a document.
+pub mod alloc;
+pub mod locality;
+pub mod plot;
+pub mod results;
+pub mod summary;
+pub mod tiering;
+pub mod ycsb;
+
+/// What can go wrong in a benchmark.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Options that make no sense together (the message says which).
+    #[error("{0}")]
+    Invalid(String),
+    /// Something `make` builds is missing.
+    #[error(transparent)]
+    NotBuilt(#[from] strata_util::NotBuilt),
+    /// The emulated machine refused or failed.
+    #[error(transparent)]
+    Emu(#[from] strata_emu::Error),
+    /// A file or program could not be read, written or started.
+    #[error(transparent)]
+    Io(#[from] strata_util::IoError),
+    /// A measurement went wrong: a corrupt list, a failed child run, an error from a server.
+    #[error("{0}")]
+    Failed(String),
+}
+
+pub(crate) fn failed(msg: impl Into<String>) -> Error {
+    Error::Failed(msg.into())
+}
+
+/// `Err(invalid(msg))` unless `cond`.
+pub(crate) fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Error> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::Invalid(msg()))
+    }
+}

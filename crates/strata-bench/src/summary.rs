@@ -1,0 +1,297 @@
+//! The headline figures of every saved run (bench/results/CPU/BENCHMARK.json), as one markdown
+//! document: a table per file, naming the machine, the date and the command. `strata bench
+//! summary --write` regenerates bench/results/SUMMARY.md from the files; nothing in it is typed
+//! by hand.
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::results::{Measured, Saved};
+use strata_util::io;
+
+use crate::{alloc, failed, locality, tiering, ycsb, Error};
+
+/// Every results file under dir, sorted.
+fn files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(io(format!("reading {}", d.display())))?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn parse<T: DeserializeOwned>(path: &Path, v: Value) -> Result<Saved<T>, Error> {
+    serde_json::from_value(v).map_err(|e| failed(format!("{}: {e}", path.display())))
+}
+
+fn header(s: &mut String, m: &Measured, what: &str, path: &Path, dir: &Path) {
+    let rel = path.strip_prefix(dir).unwrap_or(path);
+    let _ = writeln!(s, "## {what}\n");
+    let _ = writeln!(
+        s,
+        "{} ({} CPUs), {}; `{}` ([data]({}))\n",
+        m.host.cpu_model,
+        m.host.cpus,
+        m.date,
+        m.command,
+        rel.display()
+    );
+}
+
+fn locality_table(s: &mut String, r: &locality::Report) {
+    let _ = writeln!(s, "| variant | pages per list traversal | traversal (M nodes/s) |\n|---|---|---|");
+    let mut rows: Vec<(&String, &f64)> = r.traversal_nodes_per_sec.iter().collect();
+    rows.sort_by_key(|(v, _)| ["malloc", "strata", "next_to"].iter().position(|x| x == v));
+    for (v, rate) in rows {
+        let pages = r.pages_per_traversal.get(v).map_or("-".into(), |p| format!("{p:.1}"));
+        let _ = writeln!(s, "| {v} | {pages} | {:.1} |", rate / 1e6);
+    }
+    let _ = writeln!(
+        s,
+        "\nnext_to over malloc: **{:.1}x** traversal speed-up ({} lists x {} nodes, {}).\n",
+        r.traversal_speedup, r.lists, r.nodes_per_list, r.machine
+    );
+}
+
+fn alloc_table(s: &mut String, r: &alloc::Report) {
+    let mut allocators: Vec<&str> = Vec::new();
+    for x in &r.results {
+        if !allocators.contains(&x.allocator.as_str()) {
+            allocators.push(&x.allocator);
+        }
+    }
+    let _ = writeln!(s, "| benchmark | {} |\n|---|{}", allocators.join(" | "), "---|".repeat(allocators.len()));
+    for (bench, ratios) in &r.ratios {
+        let cells: Vec<String> = allocators
+            .iter()
+            .map(|a| {
+                let v = r
+                    .results
+                    .iter()
+                    .find(|x| &x.benchmark == bench && x.allocator == *a)
+                    .map_or(0.0, |x| x.ops_per_sec);
+                format!("{:.1} ({:.2}x)", v / 1e6, ratios.get(*a).copied().unwrap_or(f64::NAN))
+            })
+            .collect();
+        let _ = writeln!(s, "| {bench} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(s, "\nM malloc+free pairs per second (ratio to glibc), median of rounds.");
+    if let Some(p) = &r.program {
+        let _ = writeln!(
+            s,
+            "Whole program (perl): context tracking costs {:+.1} %, Strata with contexts vs glibc {:+.1} %.",
+            p.context_overhead * 100.0,
+            p.vs_glibc * 100.0
+        );
+    }
+    s.push('\n');
+}
+
+fn ycsb_table(s: &mut String, r: &ycsb::Report) {
+    let mut workloads: Vec<&str> = Vec::new();
+    let mut configs: Vec<(ycsb::Target, ycsb::Config)> = Vec::new();
+    for x in &r.results {
+        if !workloads.contains(&x.workload.as_str()) {
+            workloads.push(&x.workload);
+        }
+        if !configs.contains(&(x.variant, x.config)) {
+            configs.push((x.variant, x.config));
+        }
+    }
+    configs.sort_by_key(|(t, c)| (*c, *t)); // the baseline first, the upper bound last
+    let theta = r.results.first().map_or(0.99, |x| x.theta);
+    let upper: Vec<String> = workloads.iter().map(|w| w.to_uppercase()).collect();
+    let emulated = r.results.iter().any(|x| x.emulated.is_some());
+    let _ = writeln!(
+        s,
+        "| {} | {} |\n|---|{}",
+        if emulated { "configuration" } else { "variant (config)" },
+        upper.join(" | "),
+        "---|".repeat(workloads.len())
+    );
+    for (t, c) in &configs {
+        if !emulated && *t == ycsb::Target::Std {
+            continue;
+        }
+        let cells: Vec<String> = workloads
+            .iter()
+            .map(|w| {
+                let get = |tt: ycsb::Target, cc: ycsb::Config| {
+                    r.results
+                        .iter()
+                        .find(|x| x.workload == *w && x.theta == theta && x.variant == tt && x.config == cc)
+                        .map(|x| x.ops_per_sec)
+                };
+                let base =
+                    if emulated { get(ycsb::Target::Std, ycsb::Config::FarOnly) } else { get(ycsb::Target::Std, *c) };
+                match (get(*t, *c), base) {
+                    (Some(v), Some(b)) => format!("{:.2}", v / b),
+                    _ => "-".into(),
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "| {} {} | {} |", t.name(), c.name(), cells.join(" | "));
+    }
+    let over = if emulated { "std far-only (model output)" } else { "std in the same configuration" };
+    let _ = writeln!(s, "\nThroughput over {over}, theta {theta}; {}.\n", r.scale);
+}
+
+/// Tiering: each policy's share of the all-fast throughput at each fast-tier size, then the
+/// engine policies at 25 % against first-touch and tpp.
+fn tiering_table(s: &mut String, r: &tiering::Report) {
+    let mut workloads: Vec<&str> = Vec::new();
+    let mut policies: Vec<&str> = Vec::new();
+    let mut ratios: Vec<f64> = Vec::new();
+    for x in &r.rows {
+        if !workloads.contains(&x.workload.as_str()) {
+            workloads.push(&x.workload);
+        }
+        if let Some(f) = x.fast_ratio {
+            if !policies.contains(&x.policy.as_str()) {
+                policies.push(&x.policy);
+            }
+            if !ratios.contains(&f) {
+                ratios.push(f);
+            }
+        }
+    }
+    ratios.sort_by(f64::total_cmp);
+    let pct: Vec<String> = ratios.iter().map(|x| format!("{}", x * 100.0)).collect();
+    let _ = writeln!(
+        s,
+        "| workload | far-only | {} |\n|---|---|{}",
+        policies.iter().map(|p| format!("{p} ({} % fast)", pct.join(" / "))).collect::<Vec<_>>().join(" | "),
+        "---|".repeat(policies.len())
+    );
+    let get = |w: &str, p: &str, f: Option<f64>| {
+        r.rows.iter().find(|x| x.workload == w && x.policy == p && x.fast_ratio == f)
+    };
+    for w in &workloads {
+        let far = get(w, "far-only", None).map_or("-".into(), |x| format!("{:.2}", x.fraction_of_all_fast));
+        let cells: Vec<String> = policies
+            .iter()
+            .map(|p| {
+                ratios
+                    .iter()
+                    .map(|f| get(w, p, Some(*f)).map_or("-".into(), |x| format!("{:.2}", x.fraction_of_all_fast)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .collect();
+        let _ = writeln!(s, "| {w} | {far} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(s, "\nThroughput over all-fast (model output, preset {}; footprints of about {} MiB; rounds and scans every {} ms).\n", r.preset, r.size_mb, r.period_ms);
+    let engines: Vec<&str> = policies.iter().copied().filter(|p| *p != "first-touch" && *p != "tpp").collect();
+    if ratios.contains(&0.25) && !engines.is_empty() {
+        let _ = writeln!(
+            s,
+            "| workload (25 % fast) | policy | x first-touch | x tpp | migrated MiB (tpp's) |\n|---|---|---|---|---|"
+        );
+        for w in &workloads {
+            for p in &engines {
+                if let Some(x) = get(w, p, Some(0.25)) {
+                    let tpp = get(w, "tpp", Some(0.25)).map_or("-".into(), |t| format!("{}", t.migrated_bytes >> 20));
+                    let o = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+                    let _ = writeln!(
+                        s,
+                        "| {w} | {p} | {} | {} | {} ({tpp}) |",
+                        o(x.speedup_over_first_touch),
+                        o(x.speedup_over_tpp),
+                        x.migrated_bytes >> 20
+                    );
+                }
+            }
+        }
+        s.push('\n');
+    }
+}
+
+/// The document, from every results file under dir.
+pub fn summarize(dir: &Path) -> Result<String, Error> {
+    let mut s = String::from(
+        "# Measured runs\n\nGenerated by `strata bench summary --write` from the JSON files beside this one; each\ntable names the machine, the date and the command that produced its file.\n\n",
+    );
+    let files = files(dir)?;
+    if files.is_empty() {
+        let _ = writeln!(s, "(no results under {})", dir.display());
+    }
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(io(format!("reading {}", path.display())))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| failed(format!("{}: {e}", path.display())))?;
+        let Ok(m) = serde_json::from_value::<Measured>(v["measured"].clone()) else {
+            continue; // not a saved report
+        };
+        match m.benchmark.as_str() {
+            "locality" => {
+                let r: Saved<locality::Report> = parse(&path, v)?;
+                header(&mut s, &r.measured, "NextTo locality (native)", &path, dir);
+                locality_table(&mut s, &r.report);
+            }
+            "alloc" => {
+                let r: Saved<alloc::Report> = parse(&path, v)?;
+                header(&mut s, &r.measured, "Allocation throughput (native)", &path, dir);
+                alloc_table(&mut s, &r.report);
+            }
+            b if b.starts_with("ycsb-") => {
+                let r: Saved<ycsb::Report> = parse(&path, v)?;
+                let what = if b == "ycsb-native" {
+                    "YCSB on strata-kv (native)".to_string()
+                } else {
+                    format!("YCSB on strata-kv (emulated, preset {})", &b["ycsb-emulated-".len()..])
+                };
+                header(&mut s, &r.measured, &what, &path, dir);
+                ycsb_table(&mut s, &r.report);
+            }
+            b if b.starts_with("tiering-") => {
+                let r: Saved<tiering::Report> = parse(&path, v)?;
+                header(
+                    &mut s,
+                    &r.measured,
+                    &format!("Tiering policies (emulated, preset {})", &b["tiering-".len()..]),
+                    &path,
+                    dir,
+                );
+                tiering_table(&mut s, &r.report);
+            }
+            "emu-validate" => {
+                let r: Saved<strata_emu::validate::Report> = parse(&path, v)?;
+                header(&mut s, &r.measured, "Emulator validation", &path, dir);
+                let x = &r.report;
+                let _ = writeln!(s, "| check | figure | bound |\n|---|---|---|");
+                let _ = writeln!(
+                    s,
+                    "| cache misses vs cachegrind, worst relative difference | {:.4} | 0.05 |",
+                    x.max_miss_rel_err
+                );
+                let _ = writeln!(
+                    s,
+                    "| layout speed-up, emulated (host preset) / native | {:.2} ({:.1}x / {:.1}x) | 0.75-1.25 |",
+                    x.layout_ratio, x.layout_speedup_emulated, x.layout_speedup_native
+                );
+                let _ = writeln!(
+                    s,
+                    "| emulator speed, simulated accesses/s | {:.1} M (native {:.1} M, slowdown {:.2}x) | |\n",
+                    x.accesses_per_sec / 1e6,
+                    x.native_accesses_per_sec / 1e6,
+                    x.slowdown
+                );
+            }
+            other => {
+                header(&mut s, &m, other, &path, dir);
+                let _ = writeln!(s, "(no summary for this benchmark; see the file)\n");
+            }
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,123 @@
+//! `strata bench ...`: benchmarks that print a table (or JSON) of ratios measured side by
+//! side in one run (strata-bench does the measuring).
+use std::path::PathBuf;
+
+use strata_bench::{alloc, locality, results, summary, tiering, ycsb};
+
+use crate::output::{emit, Output, Save};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// NextTo vs malloc: distinct pages touched per list traversal, and traversal speed
+    Locality {
+        #[command(flatten)]
+        opts: locality::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// Allocation throughput of Strata (explicit and preloaded) next to glibc, jemalloc, mimalloc
+    Alloc {
+        #[command(flatten)]
+        opts: alloc::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// YCSB on strata-kv: the std and nextto engines side by side (M2T's case study), natively
+    /// or on the emulated machine (--emulate m2t)
+    Ycsb {
+        #[command(flatten)]
+        opts: ycsb::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// Tiering policies on the emulated machine: workloads x policies x fast-tier sizes, with
+    /// the all-fast and far-only bounds (needs `make emu`)
+    Tiering {
+        #[command(flatten)]
+        opts: tiering::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// Run one tiering workload here and print its result as JSON (what `bench tiering` runs
+    /// on the emulated machine)
+    #[command(hide = true)]
+    TieringWorkload {
+        #[arg(long)]
+        workload: String,
+        #[arg(long, default_value_t = 128)]
+        size_mb: u64,
+        #[arg(long, default_value_t = 0)]
+        ops: u64,
+    },
+    /// The headline figures of every saved run (bench/results), as markdown
+    Summary {
+        /// Where the runs are
+        #[arg(long, default_value = "bench/results")]
+        dir: PathBuf,
+        /// Write DIR/SUMMARY.md instead of printing
+        #[arg(long)]
+        write: bool,
+    },
+}
+
+fn saved(
+    save: &Save,
+    path: impl FnOnce(&std::path::Path) -> Result<PathBuf, strata_bench::Error>,
+    out: &Output,
+) -> anyhow::Result<()> {
+    if let Some(dir) = &save.out {
+        let p = path(dir)?;
+        out.progress("bench").say(&format!("wrote {}", p.display()));
+    }
+    Ok(())
+}
+
+pub fn run(c: Command) -> anyhow::Result<()> {
+    match c {
+        Command::Locality { opts, out, save } => {
+            let r = locality::run(&opts, out.progress("locality"))?;
+            saved(&save, |d| results::save(d, "locality", &r), &out)?;
+            out.print(&r, locality::Report::table)
+        }
+        Command::Alloc { opts, out, save } => {
+            if let Some(b) = &opts.child_rate {
+                return emit(&format!("{}\n", alloc::child_rate(b, opts.ops)?));
+            }
+            let r = alloc::run(&opts, out.progress("alloc"))?;
+            saved(&save, |d| results::save(d, "alloc", &r), &out)?;
+            out.print(&r, alloc::Report::table)
+        }
+        Command::Ycsb { opts, out, save } => {
+            let r = ycsb::run(&opts, out.progress("ycsb"))?;
+            saved(&save, |d| r.save(d), &out)?;
+            out.print(&r, ycsb::Report::table)
+        }
+        Command::Tiering { opts, out, save } => {
+            let r = tiering::run(&opts, out.progress("tiering"))?;
+            saved(&save, |d| r.save(d), &out)?;
+            out.print(&r, tiering::Report::table)
+        }
+        Command::TieringWorkload { workload, size_mb, ops } => {
+            crate::output::emit_json(&tiering::workloads::run(&workload, size_mb, ops)?)
+        }
+        Command::Summary { dir, write } => {
+            let text = summary::summarize(&dir)?;
+            if write {
+                let p = dir.join("SUMMARY.md");
+                std::fs::write(&p, text)?;
+                eprintln!("[bench] wrote {}", p.display());
+                Ok(())
+            } else {
+                emit(&text)
+            }
+        }
+    }
+}

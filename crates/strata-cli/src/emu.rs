@@ -1,0 +1,175 @@
+//! `strata emu ...`: the emulated tiered machine (the model in emu/, its host side in
+//! strata-emu).
+use std::process::Command as Proc;
+
+use anyhow::Context;
+use strata_emu::{
+    calibrate, config, footprint_bytes, run_emulated, toolchain, validate, Kernel, Machine, MachineArgs, RunOutput,
+};
+
+use crate::output::{emit, emit_json, Output, Save};
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Compile C or C++ for the emulated machine: clang with the SanitizerCoverage load/store
+    /// hooks, linked with libstrata_emu.so (arguments go to clang, e.g. `-O2 x.c -o x`)
+    Cc {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+    /// Build Rust for the emulated machine: cargo with the SanitizerCoverage pass, for the host
+    /// target, into target/emu (e.g. `strata emu cargo build --release -p strata-cli`)
+    Cargo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+    /// Run an instrumented program on the emulated machine and report caches, TLBs, tiers,
+    /// faults and migrations
+    Run(RunArgs),
+    /// Every setting of the emulated machine (unit, default, meaning) and the presets
+    Settings {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure this machine (pointer chase, streaming): the `host` preset's figures
+    Calibrate {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Fidelity checks: cache misses vs cachegrind, layout speed-up vs native, emulator speed
+    Validate {
+        #[command(flatten)]
+        opts: validate::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Machine preset (`strata emu settings` lists them): m2t (local 84.6 ns / 176 GB/s, far
+    /// 156 ns / 55 GB/s) or host (this machine, measured first: one tier)
+    #[arg(long, default_value = "m2t")]
+    preset: String,
+    /// Fast tier (node 0) size, e.g. 256M
+    #[arg(long, value_name = "BYTES", conflicts_with = "fast_ratio", value_parser = strata_util::size::parse)]
+    fast_bytes: Option<u64>,
+    /// Emulated kernel: none (first touch, no migration) or tpp (hint-fault promotion,
+    /// watermark demotion: Linux's memory tiering mode)
+    #[arg(long, value_enum, default_value = "none")]
+    kernel: Kernel,
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Run a tiering policy inside the program on its simulated time (first-touch, ambix): the
+    /// engine (libstratad.so) scans its pages every round and moves them
+    #[arg(long, value_name = "NAME")]
+    policy: Option<String>,
+    /// The engine's configuration: scanner, mover, the policy's parameters (TOML;
+    /// examples/engine.toml documents every key)
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    policy_config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: Output,
+    /// The instrumented program and its arguments
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+fn status_code(s: std::process::ExitStatus) -> i32 {
+    s.code().unwrap_or(1)
+}
+
+pub fn run(c: Command) -> anyhow::Result<i32> {
+    match c {
+        Command::Cc { args } => {
+            let s = toolchain::cc_command(&args)?
+                .status()
+                .with_context(|| format!("running {} (install clang-14)", toolchain::clang()))?;
+            Ok(status_code(s))
+        }
+        Command::Cargo { args } => Ok(status_code(toolchain::cargo_command(&args)?.status().context("running cargo")?)),
+        Command::Run(a) => emu_run(a),
+        Command::Settings { json } => {
+            let t = config::table();
+            if json {
+                emit_json(&t)?;
+            } else {
+                let mut s = String::from("Emulated machine settings (strata emu run --set KEY=VALUE; sizes take K/M/G; per-node lists are comma separated, node 0 first)\n\n");
+                for d in &t.settings {
+                    s += &format!("  {:<20} {:<16} default {:<22} {}\n", d.key, d.unit, d.default.to_string(), d.doc);
+                }
+                s += "\nPresets (--preset, or bench ycsb --emulate):\n";
+                for p in &t.presets {
+                    s += &format!("  {:<6} {}\n", p.name, p.doc);
+                }
+                emit(&s)?;
+            }
+            Ok(0)
+        }
+        Command::Calibrate { out } => {
+            let c = calibrate::measure(out.quiet)?;
+            out.print(&c, calibrate::Calibration::table)?;
+            Ok(0)
+        }
+        Command::Validate { opts, out, save } => {
+            let r = validate::run(&opts, out.quiet)?;
+            if let Some(dir) = &save.out {
+                let p = strata_bench::results::save(dir, "emu-validate", &r)?;
+                out.progress("validate").say(&format!("wrote {}", p.display()));
+            }
+            out.print(&r, validate::Report::table)?;
+            Ok(0)
+        }
+    }
+}
+
+fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
+    let progress = a.out.progress("emu");
+    let mut m = Machine::preset(&a.preset, a.out.quiet)?;
+    if let Some(b) = a.fast_bytes {
+        m.set_fast_bytes(b)?;
+    }
+    m.set_kernel(a.kernel);
+    if let Some(ms) = a.machine.tpp_scan_period_ms {
+        m.set_tpp_scan_period_ms(ms);
+    }
+    a.machine.apply(&mut m)?;
+    let mut footprint = None;
+    if let Some(r) = a.machine.one_fast_ratio()? {
+        progress.say("pass 1 of 2: measuring the footprint with everything fast");
+        let bytes = footprint_bytes(&m, &a.command)?;
+        let fast = strata_emu::fast_bytes_of(bytes, r);
+        m.set_fast_bytes(fast)?;
+        footprint = Some(bytes);
+        progress.say(&format!("footprint {} MiB; fast tier {} MiB; pass 2 of 2", bytes >> 20, fast >> 20));
+    }
+    let mut c = Proc::new(&a.command[0]);
+    c.args(&a.command[1..]);
+    if let Some(p) = &a.policy {
+        c.envs(stratad::emulated::EngineSpec::new(p, a.policy_config.as_deref())?.env());
+    }
+    if a.out.json {
+        // the program's output goes to stderr, so stdout is the report alone
+        use std::os::fd::AsFd;
+        c.stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
+    }
+    let r = run_emulated(&m, &mut c, false)?;
+    let accesses = r.report.totals.accesses;
+    let out = RunOutput {
+        report: r.report,
+        machine: m,
+        footprint_bytes: footprint,
+        exit_status: r.status.code(),
+        wall_s: r.wall_s,
+    };
+    a.out.print(&out, |o| o.report.table(o.wall_s))?;
+    anyhow::ensure!(
+        accesses > 0,
+        "the emulator saw no loads or stores: was {} built with `strata emu cc`?",
+        a.command[0]
+    );
+    Ok(r.status.code().unwrap_or(1))
+}

@@ -1,0 +1,109 @@
+//! Small helpers every Strata crate shares.
+//!
+//! - [`size`]: "512M" into bytes and bytes into "1.5 KiB";
+//! - [`median`]: the statistic benchmarks report (it resists a noisy run);
+//! - [`Progress`]: progress lines on stderr, never mixed into data on stdout;
+//! - [`find_built`]: where `make` put a library or program;
+//! - [`Host`]: the machine a figure was measured on (CPU model first: figures are meaningless
+//!   without it).
+pub mod size;
+
+mod host;
+mod paths;
+
+pub use host::Host;
+
+/// A file or program that could not be read, written or started: what was being done, and the
+/// system's reason. Every crate's error type wraps it.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct IoError {
+    pub what: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// For `map_err`: an `std::io::Error` as an [`IoError`] saying what was being done.
+pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> IoError {
+    let what = what.into();
+    move |source| IoError { what, source }
+}
+pub use paths::{find_built, paths_include, repo_root, NotBuilt};
+
+/// Today's date in UTC, YYYY-MM-DD.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days((secs / 86400) as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Days since 1970-01-01 as a proleptic Gregorian date (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The median of some measurements (NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Progress lines on stderr, "[what] message", unless quiet.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    what: &'static str,
+    quiet: bool,
+}
+
+impl Progress {
+    pub fn new(what: &'static str, quiet: bool) -> Progress {
+        Progress { what, quiet }
+    }
+
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
+    pub fn say(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("[{}] {msg}", self.what);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_from_days() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
+        assert_eq!(civil_from_days(20_781), (2026, 11, 24));
+        assert_eq!(today().len(), 10);
+    }
+
+    #[test]
+    fn median_of_odd_even_and_none() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+}
