@@ -1,0 +1,494 @@
+//! `strata bench tiering`: workloads x policies x fast-tier sizes on the emulated machine.
+//!
+//! For each workload ([`workloads`]), the `strata` binary built for the emulated machine runs it
+//! (`strata bench tiering-workload`), once with everything fast (the upper bound, which also
+//! measures the footprint), once with everything on the slow tier (the lower bound), and then
+//! for each fast tier (a fraction of the footprint: MAT's 12.5, 25 and 50 %) under each policy:
+//! `first-touch` (nothing moves), `tpp` (the emulated kernel's hint-fault tiering) and every
+//! policy of the engine's registry (`ambix`, ...), which runs inside the program on its
+//! simulated time (stratad's libstratad.so). The engine's rounds and tpp's scans share one
+//! period (`--period-ms`), so the two see the program equally often.
+pub mod workloads;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+use strata_emu::{run_emulated, toolchain, Machine, MachineArgs, Report as EmuReport, Tiering};
+use strata_util::{io, Progress};
+use stratad::emulated::EngineSpec;
+
+use crate::{ensure, failed, plot, Error};
+use workloads::{Outcome, WORKLOADS};
+
+/// The default preset: m2t with a 4 MiB last-level cache, so that footprints of a hundred MiB
+/// exceed the LLC many times over, as a server's do.
+pub const DEFAULT_PRESET: &str = "m2t-4m";
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct Options {
+    /// Workloads (cold-first, phase, gups-hot, gups-hot-ro, ycsb-c, ycsb-a, pagerank) [default:
+    /// all]
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Policies: first-touch (nothing moves), tpp (the emulated kernel mode), and the engine's:
+    /// ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc
+    #[arg(long, value_delimiter = ',', default_value = "first-touch,tpp,ambix,mat:apb,hmalloc")]
+    pub policies: Vec<String>,
+    /// The workloads' allocator: strata (transparent mode, LD_PRELOAD=libstrata.so, so that
+    /// object and context policies see objects and contexts) or glibc
+    #[arg(long, default_value = "strata", value_parser = ["strata", "glibc"])]
+    pub allocator: String,
+    /// Emulated machine preset (`strata emu settings` lists them)
+    #[arg(long, default_value = DEFAULT_PRESET)]
+    pub preset: String,
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    /// Each workload's footprint, MiB
+    #[arg(long, default_value_t = 128)]
+    pub size_mb: u64,
+    /// Operations of each workload's measured phase [default: each workload's own, in
+    /// proportion to --size-mb; pagerank: iterations]
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// The engine's round and the tpp mode's scan, every this many simulated ms. Both papers
+    /// use 1 s, for programs whose phases last minutes; these runs last about a simulated
+    /// second and `phase` changes every ~180 ms, so ten rounds (Ambix's delay) must fit well
+    /// inside a phase (docs/tiering.md measures 5-20 ms and tpp's 50 ms-1 s)
+    #[arg(long, default_value_t = 5.0)]
+    pub period_ms: f64,
+    /// One LLC miss in this many is sampled. MAT's 4,096 gives tens of thousands of samples a
+    /// second on hardware that misses tens of millions of times a second; the emulated programs
+    /// run for about a simulated second, so the benchmark samples more often (docs/tiering.md)
+    #[arg(long, default_value_t = 256)]
+    pub sample_period: u64,
+    /// The engine's configuration for every engine policy (examples/engine.toml); --period-ms
+    /// and --sample-period set its scanner period and sampler
+    #[arg(long, value_name = "FILE")]
+    pub policy_config: Option<PathBuf>,
+}
+
+/// The fast-tier ratios when none are given: MAT's points.
+pub const DEFAULT_FAST_RATIOS: [f64; 3] = [0.125, 0.25, 0.5];
+
+/// How a run places and moves memory.
+#[derive(Clone, Debug, PartialEq)]
+enum Setup {
+    Bound(Tiering),
+    FirstTouch,
+    Tpp,
+    Engine(String),
+}
+
+impl Setup {
+    fn name(&self) -> String {
+        match self {
+            Setup::Bound(t) => t.name().into(),
+            Setup::FirstTouch => "first-touch".into(),
+            Setup::Tpp => "tpp".into(),
+            Setup::Engine(p) => p.clone(),
+        }
+    }
+}
+
+/// One workload under one policy and fast tier.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub workload: String,
+    /// first-touch, tpp, an engine policy, or a bound: all-fast, far-only
+    pub policy: String,
+    /// the fast tier over the footprint (none for the bounds)
+    pub fast_ratio: Option<f64>,
+    pub preset: String,
+    /// operations per simulated second of the measured phase
+    pub figure: f64,
+    pub unit: String,
+    pub speedup_over_first_touch: Option<f64>,
+    pub speedup_over_tpp: Option<f64>,
+    /// figure / the all-fast figure
+    pub fraction_of_all_fast: f64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    pub migrated_bytes: u64,
+    /// the engine's policy decisions, host CPU ms (not simulated)
+    pub policy_cpu_ms: f64,
+    pub hint_faults: u64,
+    pub footprint_bytes: u64,
+    pub fast_bytes: u64,
+    pub sim_ms: f64,
+    pub wall_s: f64,
+    pub llc_misses: u64,
+    /// memory accesses served by the fast tier and by the others
+    pub fast_accesses: u64,
+    pub far_accesses: u64,
+    /// pages an engine's walks read, and the moves it asked for that did not happen
+    pub scanned_pages: u64,
+    pub refused_pages: u64,
+    pub engine: Option<serde_json::Value>,
+}
+
+/// The matrix (`--json`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub preset: String,
+    pub machine: Machine,
+    pub size_mb: u64,
+    pub period_ms: f64,
+    /// the workloads' allocator: strata (transparent mode) or glibc
+    #[serde(default)]
+    pub allocator: String,
+    /// the engine's configuration every engine policy ran with
+    pub engine_config: stratad::Config,
+    pub rows: Vec<Row>,
+}
+
+fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
+    let mut out = Vec::new();
+    for p in policies {
+        out.push(match p.as_str() {
+            "first-touch" => Setup::FirstTouch,
+            "tpp" => Setup::Tpp,
+            name if strata_policy::POLICIES.contains(&strata_policy::base_name(name)) => {
+                strata_policy::create(name, None).map_err(|e| Error::Invalid(e.to_string()))?;
+                Setup::Engine(name.into())
+            }
+            name => {
+                return Err(Error::Invalid(format!(
+                    "unknown policy '{name}' (first-touch, tpp, {})",
+                    strata_policy::POLICIES
+                        .iter()
+                        .filter(|p| **p != "first-touch")
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// One run: the workload's result, the emulator's report, the wall time.
+struct Ran {
+    outcome: Outcome,
+    report: EmuReport,
+    wall_s: f64,
+}
+
+/// Everything one run needs.
+struct Matrix<'a> {
+    opts: &'a Options,
+    exe: PathBuf,
+    machine: Machine,
+    /// the engine's configuration file (written for --period-ms)
+    engine_config: PathBuf,
+    /// libstrata.so, preloaded into every run (--allocator strata)
+    preload: Option<PathBuf>,
+    progress: Progress,
+}
+
+impl Matrix<'_> {
+    fn run(&self, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<Ran, Error> {
+        let tiering = match setup {
+            Setup::Bound(t) => *t,
+            Setup::Tpp => Tiering::Tpp,
+            _ => Tiering::FirstTouch,
+        };
+        let m = tiering.apply(&self.machine, fast_bytes)?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(["bench", "tiering-workload", "--workload", workload, "--size-mb", &self.opts.size_mb.to_string()]);
+        if let Some(ops) = self.opts.ops {
+            cmd.args(["--ops", &ops.to_string()]);
+        }
+        if let Some(lib) = &self.preload {
+            cmd.env("LD_PRELOAD", lib);
+        }
+        if let Setup::Engine(policy) = setup {
+            cmd.envs(EngineSpec::new(policy, Some(&self.engine_config)).map_err(|e| failed(e.to_string()))?.env());
+        }
+        let r = run_emulated(&m, &mut cmd, true)?;
+        if !r.status.success() {
+            return Err(failed(format!(
+                "{workload} under {} failed on the emulated machine: {}",
+                setup.name(),
+                r.status
+            )));
+        }
+        let outcome: Outcome =
+            serde_json::from_slice(&r.stdout).map_err(|e| failed(format!("{workload}'s result: {e}")))?;
+        Ok(Ran { outcome, report: r.report, wall_s: r.wall_s })
+    }
+}
+
+fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ran, fast_bytes: u64) -> Row {
+    let (o, rep, wall_s) = (&ran.outcome, &ran.report, ran.wall_s);
+    let (fast_accesses, far_accesses) = rep.fast_and_far_accesses();
+    let engine_n = |k: &str| rep.engine.as_ref().and_then(|e| e[k].as_u64()).unwrap_or(0);
+    let refused = rep
+        .engine
+        .as_ref()
+        .and_then(|e| e["refused_pages"].as_object())
+        .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+    Row {
+        workload: workload.into(),
+        policy: setup.name(),
+        fast_ratio: ratio,
+        preset: preset.into(),
+        figure: o.figure,
+        unit: o.unit.clone(),
+        speedup_over_first_touch: None,
+        speedup_over_tpp: None,
+        fraction_of_all_fast: 0.0,
+        promoted_bytes: rep.promoted_pages() * 4096,
+        demoted_bytes: rep.demoted_pages() * 4096,
+        migrated_bytes: (rep.promoted_pages() + rep.demoted_pages()) * 4096,
+        policy_cpu_ms: engine_n("policy_cpu_ns") as f64 / 1e6,
+        hint_faults: rep.totals.hint_faults,
+        footprint_bytes: rep.footprint_bytes(),
+        fast_bytes,
+        sim_ms: rep.sim_ns as f64 / 1e6,
+        wall_s,
+        llc_misses: rep.totals.llc_misses,
+        fast_accesses,
+        far_accesses,
+        scanned_pages: rep.background.scanned_pages,
+        refused_pages: refused,
+        engine: rep.engine.clone(),
+    }
+}
+
+/// The engine's configuration: --policy-config's, with --period-ms as the scanner's period.
+fn engine_config(a: &Options, dir: &Path) -> Result<(stratad::Config, PathBuf), Error> {
+    let mut cfg = match &a.policy_config {
+        Some(p) => stratad::Config::load(p, "first-touch").map_err(|e| Error::Invalid(e.to_string()))?,
+        None => stratad::Config::default(),
+    };
+    cfg.scanner.period_ms = a.period_ms;
+    cfg.sampler.period_misses = a.sample_period;
+    let path = dir.join(format!("strata-engine-{:010}.toml", std::process::id()));
+    let text = toml::to_string(&cfg).map_err(|e| failed(e.to_string()))?;
+    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    Ok((cfg, path))
+}
+
+/// Run the matrix.
+pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
+    let workloads: Vec<String> =
+        if a.workloads.is_empty() { WORKLOADS.iter().map(|w| w.to_string()).collect() } else { a.workloads.clone() };
+    for w in &workloads {
+        ensure(WORKLOADS.contains(&w.as_str()), || {
+            format!("unknown workload '{w}' (known: {})", WORKLOADS.join(", "))
+        })?;
+    }
+    let setups = setups(&a.policies)?;
+    ensure(a.period_ms > 0.0, || "--period-ms must be positive".into())?;
+    ensure(a.size_mb > 0, || "--size-mb must be positive".into())?;
+    let ratios: Vec<f64> =
+        if a.machine.fast_ratio.is_empty() { DEFAULT_FAST_RATIOS.to_vec() } else { a.machine.fast_ratio.clone() };
+    ensure(ratios.iter().all(|r| *r < 1.0), || "--fast-ratio: below 1 (all-fast is one of the bounds)".into())?;
+    let mut machine = Machine::preset(&a.preset, progress.quiet())?;
+    machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(a.period_ms));
+    a.machine.apply(&mut machine)?;
+    ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
+    let preload = match a.allocator.as_str() {
+        "strata" => Some(
+            strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")
+                .map_err(|e| Error::Invalid(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    let (cfg, cfg_path) = engine_config(a, &std::env::temp_dir())?;
+    for s in &setups {
+        if let Setup::Engine(p) = s {
+            cfg.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
+        }
+    }
+    let mx = Matrix {
+        opts: a,
+        exe: toolchain::emu_strata()?,
+        machine: machine.clone(),
+        engine_config: cfg_path.clone(),
+        preload,
+        progress,
+    };
+    let result = (|| -> Result<Vec<Row>, Error> {
+        let mut rows = Vec::new();
+        for w in &workloads {
+            rows.extend(run_workload(&mx, w, &setups, &ratios)?);
+        }
+        Ok(rows)
+    })();
+    let _ = std::fs::remove_file(&cfg_path);
+    Ok(Report {
+        preset: a.preset.clone(),
+        machine,
+        size_mb: a.size_mb,
+        period_ms: a.period_ms,
+        allocator: a.allocator.clone(),
+        engine_config: cfg,
+        rows: result?,
+    })
+}
+
+fn run_workload(mx: &Matrix, w: &str, setups: &[Setup], ratios: &[f64]) -> Result<Vec<Row>, Error> {
+    let preset = &mx.opts.preset;
+    let total = 2 + ratios.len() * setups.len();
+    let mut done = 0;
+    let mut step = |what: &str| {
+        done += 1;
+        mx.progress.say(&format!("{w}: {what} ({done} of {total})"));
+    };
+    let mut rows = Vec::new();
+    step("all-fast, measuring the footprint");
+    let ran = mx.run(w, &Setup::Bound(Tiering::AllFast), 0)?;
+    let footprint = ran.report.footprint_bytes();
+    rows.push(row(w, &Setup::Bound(Tiering::AllFast), None, preset, &ran, footprint));
+    step("far-only");
+    let ran = mx.run(w, &Setup::Bound(Tiering::FarOnly), 0)?;
+    rows.push(row(w, &Setup::Bound(Tiering::FarOnly), None, preset, &ran, 0));
+    for &ratio in ratios {
+        let fast = strata_emu::fast_bytes_of(footprint, ratio);
+        for s in setups {
+            step(&format!("{} with {:.1} % fast ({} MiB)", s.name(), ratio * 100.0, fast >> 20));
+            let ran = mx.run(w, s, fast)?;
+            let r = row(w, s, Some(ratio), preset, &ran, fast);
+            mx.progress.say(&format!(
+                "  {:.3} M ops/s, {} MiB migrated, {:.1} s",
+                r.figure / 1e6,
+                r.migrated_bytes >> 20,
+                r.wall_s
+            ));
+            rows.push(r);
+        }
+    }
+    let all_fast = rows[0].figure;
+    let at = |ratio: f64, policy: &str| {
+        rows.iter().find(|r| r.fast_ratio == Some(ratio) && r.policy == policy).map(|r| r.figure)
+    };
+    let (ft, tpp): (Vec<Option<f64>>, Vec<Option<f64>>) =
+        rows.iter().map(|r| r.fast_ratio.map_or((None, None), |x| (at(x, "first-touch"), at(x, "tpp")))).unzip();
+    for ((r, f), t) in rows.iter_mut().zip(ft).zip(tpp) {
+        r.fraction_of_all_fast = r.figure / all_fast;
+        r.speedup_over_first_touch = f.map(|f| r.figure / f);
+        r.speedup_over_tpp = t.map(|t| r.figure / t);
+    }
+    Ok(rows)
+}
+
+impl Report {
+    /// The human table.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "Tiering on the emulated machine, preset {} (model output; ops per simulated second), footprints of about {} MiB, engine rounds and tpp scans every {} ms\n\n",
+            self.preset, self.size_mb, self.period_ms
+        );
+        let _ = writeln!(
+            s,
+            "{:<12} {:>6} {:<12} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9}",
+            "workload",
+            "fast",
+            "policy",
+            "M ops/s",
+            "x first",
+            "x tpp",
+            "of fast",
+            "promo MiB",
+            "demo MiB",
+            "hint flt",
+            "refused",
+            "pol ms"
+        );
+        let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.2}"));
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>6} {:<12} {:>10.3} {:>8} {:>8} {:>8.2} {:>10.1} {:>10.1} {:>10} {:>9} {:>9.1}",
+                r.workload,
+                r.fast_ratio.map_or("-".into(), |x| format!("{:.1}%", x * 100.0)),
+                r.policy,
+                r.figure / 1e6,
+                opt(r.speedup_over_first_touch),
+                opt(r.speedup_over_tpp),
+                r.fraction_of_all_fast,
+                r.promoted_bytes as f64 / (1u64 << 20) as f64,
+                r.demoted_bytes as f64 / (1u64 << 20) as f64,
+                r.hint_faults,
+                r.refused_pages,
+                r.policy_cpu_ms
+            );
+        }
+        s += "\nx first, x tpp: throughput over first-touch and over tpp with the same fast tier; of fast: over all-fast\n";
+        s
+    }
+
+    /// One plot per workload: each policy's share of the all-fast throughput, grouped by
+    /// fast-tier size, with the slow-only bound beside them. (file name, SVG) pairs.
+    pub fn plots(&self) -> Result<Vec<(String, String)>, Error> {
+        let mut out = Vec::new();
+        let mut workloads: Vec<&str> = Vec::new();
+        for r in &self.rows {
+            if !workloads.contains(&r.workload.as_str()) {
+                workloads.push(&r.workload);
+            }
+        }
+        for w in workloads {
+            let rows: Vec<&Row> = self.rows.iter().filter(|r| r.workload == w).collect();
+            let mut ratios: Vec<f64> = rows.iter().filter_map(|r| r.fast_ratio).collect();
+            ratios.sort_by(f64::total_cmp);
+            ratios.dedup();
+            let mut policies: Vec<&str> = Vec::new();
+            for r in rows.iter().filter(|r| r.fast_ratio.is_some()) {
+                if !policies.contains(&r.policy.as_str()) {
+                    policies.push(&r.policy);
+                }
+            }
+            let far = rows.iter().find(|r| r.policy == "far-only").map_or(f64::NAN, |r| r.fraction_of_all_fast);
+            let mut series: Vec<(String, Vec<f64>)> = vec![("far-only".into(), vec![far; ratios.len()])];
+            for p in policies {
+                let vals = ratios
+                    .iter()
+                    .map(|x| {
+                        rows.iter()
+                            .find(|r| r.policy == p && r.fast_ratio == Some(*x))
+                            .map_or(f64::NAN, |r| r.fraction_of_all_fast)
+                    })
+                    .collect();
+                series.push((p.to_string(), vals));
+            }
+            let b = plot::Bars {
+                title: format!("{w}: throughput over all-fast (emulated {}, model output)", self.preset),
+                y_label: "throughput / all-fast".into(),
+                groups: ratios.iter().map(|x| format!("{:.1} % fast", x * 100.0)).collect(),
+                series,
+            };
+            out.push((format!("tiering-{w}.svg"), plot::bars(&b)?));
+        }
+        Ok(out)
+    }
+
+    /// The report (tiering-PRESET.json) and its plots into dir.
+    pub fn save(&self, dir: &Path) -> Result<PathBuf, Error> {
+        let path = crate::results::save(dir, &format!("tiering-{}", self.preset), self)?;
+        for (name, svg) in self.plots()? {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).map_err(io(format!("writing {}", p.display())))?;
+        }
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_are_checked_by_name() {
+        assert_eq!(
+            setups(&["first-touch".into(), "tpp".into(), "ambix".into()]).unwrap(),
+            vec![Setup::FirstTouch, Setup::Tpp, Setup::Engine("ambix".into())]
+        );
+        let e = setups(&["nosuch".into()]).unwrap_err().to_string();
+        assert!(e.contains("unknown policy 'nosuch'") && e.contains("ambix"), "{e}");
+    }
+}

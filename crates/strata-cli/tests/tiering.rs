@@ -1,0 +1,240 @@
+//! The tiering engine on the emulated machine, end to end (`make emu` first): an engine policy
+//! runs inside an emulated program on its simulated time, deterministically; bad policies and
+//! configurations are refused by name; `strata bench tiering` gives rows of the documented shape,
+//! bounded by all-fast.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn strata() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// target/emu's strata, built by `make emu`.
+fn emu_strata() -> PathBuf {
+    let out = Command::new("rustc").arg("-vV").output().unwrap();
+    let host = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .unwrap();
+    let p = root().join("target/emu").join(host).join("release/strata");
+    assert!(p.exists(), "run `make emu` first ({} is missing)", p.display());
+    p
+}
+
+fn config(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("strata-tiering-test-{}-{name}.toml", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// gups-hot (8 MiB) on m2t-4m with a quarter of the footprint fast, under ambix.
+fn ambix_run(cfg: &Path) -> Value {
+    let o = strata()
+        .args([
+            "emu",
+            "run",
+            "--json",
+            "-q",
+            "--preset",
+            "m2t-4m",
+            "--fast-ratio",
+            "0.25",
+            "--policy",
+            "ambix",
+            "--policy-config",
+        ])
+        .arg(cfg)
+        .arg("--")
+        .arg(emu_strata())
+        .args(["bench", "tiering-workload", "--workload", "gups-hot", "--size-mb", "8"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn an_engine_policy_runs_in_the_program_and_two_runs_give_the_same_counts() {
+    let cfg = config("det", "[scanner]\nperiod_ms = 1.0\n[policy.ambix]\nmin_scans = 3\n");
+    let (a, b) = (ambix_run(&cfg), ambix_run(&cfg));
+    let e = &a["engine"];
+    assert_eq!(e["policy"], "ambix");
+    assert!(e["rounds"].as_u64().unwrap() > 10 && e["full_scans"].as_u64().unwrap() > 0, "{e}");
+    assert!(e["promoted_pages"].as_u64().unwrap() > 0, "the hot tenth lies beyond the fast tier: {e}");
+    assert!(a["background"]["scanned_pages"].as_u64().unwrap() > 0);
+    // the engine's moves are the emulator's background moves
+    assert_eq!(a["background"]["promoted_pages"], e["promoted_pages"]);
+    // identical counts: the program's, the tiers', the engine's (but its host CPU time)
+    for k in ["totals", "sim_ns", "nodes", "background"] {
+        assert_eq!(a[k], b[k], "{k} differs between two runs");
+    }
+    // (but its host CPU time, and the pid its per-process figures are keyed by)
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        let o = v.as_object_mut().unwrap();
+        for k in ["policy_cpu_ns", "engine_cpu_ns"] {
+            o.remove(k);
+        }
+        let procs: Vec<Value> = o["processes"].as_object().unwrap().values().cloned().collect();
+        o.insert("processes".into(), Value::Array(procs));
+        v
+    };
+    assert_eq!(strip(&a["engine"]), strip(&b["engine"]), "the engine's statistics differ");
+    let _ = std::fs::remove_file(cfg);
+}
+
+#[test]
+fn bad_policies_and_configurations_are_refused_by_name() {
+    let prog = emu_strata();
+    let run = |args: &[&str]| {
+        let o = strata()
+            .args(["emu", "run", "-q"])
+            .args(args)
+            .arg("--")
+            .arg(&prog)
+            .args(["bench", "tiering-workload", "--workload", "gups-hot", "--size-mb", "1"])
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (code, err) = run(&["--policy", "nosuch"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no policy 'nosuch'") && err.contains("ambix"), "{err}");
+    let bad = config("bad", "[policy.ambix]\nmin_scan = 3\n");
+    let (code, err) = run(&["--policy", "ambix", "--policy-config", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("min_scan") && err.contains("ambix"), "{err}");
+    let bad = config("range", "[policy.ambix]\nfast_free_fraction = 2.0\n");
+    let (_, err) = run(&["--policy", "ambix", "--policy-config", bad.to_str().unwrap()]);
+    assert!(err.contains("fast_free_fraction"), "{err}");
+    let bad = config("key", "[scanner]\nperiod = 5\n");
+    let (_, err) = run(&["--policy", "ambix", "--policy-config", bad.to_str().unwrap()]);
+    assert!(err.contains("unknown field `period`") && err.contains("line 2"), "{err}");
+    let o = strata().args(["bench", "tiering", "-q", "--policies", "first-touch,nosuch"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy 'nosuch'"));
+    let o = strata().args(["bench", "tiering", "-q", "--workloads", "nosuch"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown workload 'nosuch'"));
+}
+
+#[test]
+fn a_small_tiering_matrix_has_the_documented_rows() {
+    let o = strata()
+        .args([
+            "bench",
+            "tiering",
+            "--json",
+            "-q",
+            "--workloads",
+            "cold-first",
+            // large enough that the index exceeds the 4 MiB LLC, and rounds short enough that
+            // Ambix's ten-scan delay fits in the run
+            "--size-mb",
+            "32",
+            "--period-ms",
+            "1",
+            "--fast-ratio",
+            "0.25",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["preset"], "m2t-4m");
+    let rows = v["rows"].as_array().unwrap();
+    let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(policies, ["all-fast", "far-only", "first-touch", "tpp", "ambix", "mat:apb", "hmalloc"]);
+    let fig = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap()["figure"].as_f64().unwrap();
+    for r in rows {
+        for k in [
+            "workload",
+            "policy",
+            "fast_ratio",
+            "preset",
+            "figure",
+            "unit",
+            "speedup_over_first_touch",
+            "speedup_over_tpp",
+            "fraction_of_all_fast",
+            "promoted_bytes",
+            "demoted_bytes",
+            "migrated_bytes",
+            "policy_cpu_ms",
+            "hint_faults",
+        ] {
+            assert!(r.get(k).is_some(), "a row lacks {k}: {r}");
+        }
+        assert_eq!(r["unit"], "ops/s");
+        let f = r["figure"].as_f64().unwrap();
+        // the bounds: nothing beats everything fast; first touch and Ambix never lose to
+        // everything slow (a thrashing tpp can: its moves cost more than the fast tier returns)
+        assert!(f <= fig("all-fast") * 1.001, "{} beats all-fast: {f} > {}", r["policy"], fig("all-fast"));
+        if r["policy"] != "tpp" {
+            assert!(f >= fig("far-only") * 0.999, "{} falls below far-only", r["policy"]);
+        }
+    }
+    let ambix = rows.iter().find(|r| r["policy"] == "ambix").unwrap();
+    assert_eq!(ambix["fast_ratio"], 0.25);
+    assert!(ambix["migrated_bytes"].as_u64().unwrap() > 0 && ambix["policy_cpu_ms"].as_f64().unwrap() > 0.0);
+    let ft = rows.iter().find(|r| r["policy"] == "first-touch").unwrap();
+    assert_eq!(ft["migrated_bytes"], 0);
+    assert_eq!(ft["speedup_over_first_touch"], 1.0);
+}
+
+/// multi-site (64 MiB: its hot sites exceed the 4 MiB LLC) in transparent mode with a quarter of it fast, under hmalloc: the
+/// context report libstrata writes at exit shows the directives hmalloc left in the channel.
+#[test]
+fn hmalloc_learns_to_send_a_cold_sites_allocations_to_the_slow_tier() {
+    let cfg = config("hmalloc", "[scanner]\nperiod_ms = 1.0\n[sampler]\nperiod_misses = 64\n");
+    let report = std::env::temp_dir().join(format!("strata-tiering-test-{}-contexts.json", std::process::id()));
+    let o = strata()
+        .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-bytes", "16M", "--policy", "hmalloc"])
+        .arg("--policy-config")
+        .arg(&cfg)
+        .arg("--")
+        .arg("env")
+        .arg(format!("LD_PRELOAD={}", root().join("build/libstrata.so").display()))
+        .arg(format!("STRATA_REPORT={}", report.display()))
+        .arg(emu_strata())
+        .args(["bench", "tiering-workload", "--workload", "multi-site", "--size-mb", "64"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = &run["engine"];
+    assert_eq!(e["policy"], "hmalloc");
+    assert!(e["samples"].as_u64().unwrap() > 1000 && e["directives_set"].as_u64().unwrap() > 0, "{e}");
+    assert_eq!(e["migrated_bytes"], 0, "hmalloc moves nothing: {e}");
+
+    // the workload's output names its sites' code, coldest first; each context's innermost
+    // return address lies in one of them
+    let text = std::fs::read_to_string(&report).unwrap();
+    let _ = std::fs::remove_file(&report);
+    let contexts: Value = serde_json::from_str(&text).unwrap();
+    // (with --json the program's output goes to stderr)
+    let program = String::from_utf8_lossy(&o.stderr);
+    let at = program.find("\"sites\":").expect("the workload names its sites") + "\"sites\":".len();
+    let end = at + program[at..].find(']').unwrap() + 1;
+    let sites: Vec<u64> = serde_json::from_str(&program[at..end]).unwrap();
+    // the site whose code starts last at or before the address (sites are a few hundred bytes)
+    let site_of = |addr: u64| {
+        let (k, start) = sites.iter().enumerate().filter(|(_, &s)| s <= addr).max_by_key(|(_, &s)| s)?;
+        (addr - start < 4096).then_some(k)
+    };
+    let mut directive = vec![None; sites.len()];
+    for c in contexts["contexts"].as_array().unwrap() {
+        let ret = u64::from_str_radix(c["stack"][0]["addr"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+        if let Some(k) = site_of(ret) {
+            directive[k] = Some(c["directive"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(directive[0].as_deref(), Some("slow"), "the coldest site: {directive:?}");
+    assert_eq!(directive[7].as_deref(), Some("fast"), "the hottest site: {directive:?}");
+    let _ = std::fs::remove_file(cfg);
+}

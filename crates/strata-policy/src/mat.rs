@@ -1,0 +1,632 @@
+//! MAT (seed 003 §3.2-§3.5): object tiering from sampled LLC misses, with the `proactive`
+//! per-site placement of its extension.
+//!
+//! Every round is one profiling interval. Each tracked object (a 64 MiB record at most, as
+//! libstrata records them; `split_mb` splits further) keeps an estimate of its sampled misses
+//! per interval, an EWMA: `tau <- alpha * t + (1 - alpha) * tau` (alpha 0.1), where t is its
+//! samples this interval. A trigger decides when the objects are re-assigned:
+//!
+//! - `time`: every `time_intervals` intervals (the paper tried 1, 2, 5, 10 and 100);
+//! - `llcmpi`: when this interval's LLC misses per access exceed the mean of the ten before by
+//!   `llcmpi_threshold` times that mean (2). The paper divides by instructions; the machine
+//!   counts memory accesses, not instructions. It needs the counters: on a machine without them
+//!   the engine refuses to start it;
+//! - `allocation`: once `allocation_mb` (1,024) MB have been allocated since the last one.
+//!
+//! Re-assignment ranks the objects by the priority (`fifo`: the newest first; `lru`: the most
+//! recently sampled first; `apb`: the highest estimate per byte first) and walks the ranking,
+//! putting objects in the fast set while they fit in `fast_fill` (90 %) of the fast tier, less
+//! what is resident there outside the objects; the first that does not fit ends the set. Objects
+//! of the slow set resident in the fast tier are demoted, then objects of the fast set promoted:
+//! whole objects, never scattered pages. An object seen for the first time this interval is
+//! neither ranked nor moved until it has lived a whole interval (ephemeral buffering: objects
+//! that die young are never moved).
+//!
+//! `proactive` (§3.5, the paper's conservative scheme): at each re-assignment, a site all of
+//! whose ranked objects were put in the slow set has its later allocations sent to the slow
+//! tier, one all of whose objects were put in the fast set to the fast tier, and any other site
+//! is left to the default (fast while there is room). `site_fraction` (1.0) relaxes "all".
+use std::collections::{HashMap, VecDeque};
+
+use serde::Deserialize;
+
+use crate::{object_at, Action, Directive, Needs, ObjectObs, Observations, Policy, Tier};
+
+/// The order objects are considered for the fast tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// newest first
+    Fifo,
+    /// most recently sampled first
+    Lru,
+    /// most sampled misses per byte first
+    Apb,
+}
+
+impl Priority {
+    pub fn parse(s: &str) -> Option<Priority> {
+        match s {
+            "fifo" => Some(Priority::Fifo),
+            "lru" => Some(Priority::Lru),
+            "apb" => Some(Priority::Apb),
+            _ => None,
+        }
+    }
+}
+
+/// When objects are re-assigned to tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    Time,
+    Llcmpi,
+    Allocation,
+}
+
+/// MAT's parameters; the defaults are the paper's where it gives one.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub priority: Priority,
+    /// weight of the latest interval in the EWMA
+    pub alpha: f64,
+    /// share of the fast tier the fast set may fill
+    pub fast_fill: f64,
+    pub trigger: Trigger,
+    /// `time`: re-assign every this many intervals (ours: 1; the paper's choice is not stated)
+    pub time_intervals: u32,
+    /// `llcmpi`: the normalised rise that fires it
+    pub llcmpi_threshold: f64,
+    /// `allocation`: MB allocated between re-assignments
+    pub allocation_mb: u64,
+    /// records larger than this are ranked and moved in pieces of it, MB
+    pub split_mb: u64,
+    /// proactive per-site placement
+    pub proactive: bool,
+    /// proactive: share of a site's objects in one tier that sends its new ones there
+    pub site_fraction: f64,
+    /// an object in the fast tier ranks as if its estimate were this much higher (0: the
+    /// paper's plain ranking; `strata` uses it so that near-ties do not swap places each round)
+    pub hysteresis: f64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            priority: Priority::Apb,
+            alpha: 0.1,
+            fast_fill: 0.9,
+            trigger: Trigger::Time,
+            time_intervals: 1,
+            llcmpi_threshold: 2.0,
+            allocation_mb: 1024,
+            split_mb: 64,
+            proactive: false,
+            site_fraction: 1.0,
+            hysteresis: 0.0,
+        }
+    }
+}
+
+impl Config {
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.alpha > 0.0 && self.alpha <= 1.0) {
+            return Err(format!("alpha must be in (0, 1], not {}", self.alpha));
+        }
+        if !(self.fast_fill > 0.0 && self.fast_fill <= 1.0) {
+            return Err(format!("fast_fill must be in (0, 1], not {}", self.fast_fill));
+        }
+        if !(self.site_fraction > 0.5 && self.site_fraction <= 1.0) {
+            return Err(format!("site_fraction must be in (0.5, 1], not {}", self.site_fraction));
+        }
+        if self.time_intervals == 0 || self.split_mb == 0 || self.allocation_mb == 0 {
+            return Err("time_intervals, split_mb and allocation_mb must be positive".into());
+        }
+        if !(self.hysteresis >= 0.0 && self.hysteresis.is_finite()) {
+            return Err(format!("hysteresis must be at least 0, not {}", self.hysteresis));
+        }
+        if !(self.llcmpi_threshold > 0.0 && self.llcmpi_threshold.is_finite()) {
+            return Err(format!("llcmpi_threshold must be positive, not {}", self.llcmpi_threshold));
+        }
+        Ok(())
+    }
+}
+
+/// What MAT keeps per object (per piece of `split_mb`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct ObjState {
+    len: u64,
+    context: u32,
+    /// the interval it was first seen in
+    born: u64,
+    /// estimated samples per interval
+    tau: f64,
+    /// the last sample's time, ns
+    last_ns: Option<u64>,
+}
+
+/// The intervals of the LLC-miss-rate trigger's mean.
+const LLCMPI_HISTORY: usize = 10;
+
+pub struct Mat {
+    cfg: Config,
+    name: &'static str,
+    objects: HashMap<(u32, u64), ObjState>,
+    interval: u64,
+    last_assignment: u64,
+    /// bytes allocated (all contexts) at the last re-assignment, and now
+    allocated_at_last: Option<u64>,
+    /// the counters at the previous interval, and the miss rates of the last ten
+    counters_before: Option<crate::Counters>,
+    rates: VecDeque<f64>,
+    /// the directive each site was last given
+    directives: HashMap<(u32, u32), Directive>,
+    /// re-assignments so far
+    pub assignments: u64,
+    fast_set_bytes: u64,
+}
+
+impl Mat {
+    pub fn new(cfg: Config, name: &'static str) -> Mat {
+        Mat {
+            cfg,
+            name,
+            objects: HashMap::new(),
+            interval: 0,
+            last_assignment: 0,
+            allocated_at_last: None,
+            counters_before: None,
+            rates: VecDeque::new(),
+            directives: HashMap::new(),
+            assignments: 0,
+            fast_set_bytes: 0,
+        }
+    }
+
+    /// The objects split in pieces of at most `split_mb`, in (pid, addr) order.
+    fn pieces(&self, objects: &[ObjectObs]) -> Vec<ObjectObs> {
+        let split = self.cfg.split_mb << 20;
+        let mut out = Vec::with_capacity(objects.len());
+        for o in objects {
+            if o.len <= split {
+                out.push(*o);
+                continue;
+            }
+            // residency is known per record only: spread it evenly over the pieces
+            for off in (0..o.len).step_by(split as usize) {
+                let len = split.min(o.len - off);
+                let share = |b: u64| (b as u128 * len as u128 / o.len as u128) as u64;
+                out.push(ObjectObs {
+                    addr: o.addr + off,
+                    len,
+                    resident_bytes: share(o.resident_bytes),
+                    fast_bytes: share(o.fast_bytes),
+                    ..*o
+                });
+            }
+        }
+        out
+    }
+
+    /// Aggregation: this interval's samples per object into the EWMA; objects gone are dropped,
+    /// new ones start at zero.
+    fn aggregate(&mut self, obs: &Observations, objects: &[ObjectObs]) {
+        let mut counts = vec![0u32; objects.len()];
+        let mut last = vec![None; objects.len()];
+        for s in &obs.samples {
+            if let Some(i) = object_at(objects, s.pid, s.addr) {
+                counts[i] += 1;
+                last[i] = last[i].max(Some(s.time_ns));
+            }
+        }
+        let mut next = HashMap::with_capacity(objects.len());
+        for (i, o) in objects.iter().enumerate() {
+            let key = (o.pid, o.addr);
+            let mut st = match self.objects.get(&key) {
+                Some(st) if st.len == o.len && st.context == o.context => *st,
+                // a new object (or another one at a reused address)
+                _ => ObjState { len: o.len, context: o.context, born: self.interval, tau: 0.0, last_ns: None },
+            };
+            st.tau = self.cfg.alpha * counts[i] as f64 + (1.0 - self.cfg.alpha) * st.tau;
+            st.last_ns = st.last_ns.max(last[i]);
+            next.insert(key, st);
+        }
+        self.objects = next;
+    }
+
+    /// The trigger routine.
+    fn triggered(&mut self, obs: &Observations) -> bool {
+        match self.cfg.trigger {
+            Trigger::Time => self.interval - self.last_assignment >= self.cfg.time_intervals as u64,
+            Trigger::Allocation => {
+                let now: u64 = obs.contexts.iter().map(|c| c.bytes_allocated).sum();
+                let before = *self.allocated_at_last.get_or_insert(0);
+                now.saturating_sub(before) >= self.cfg.allocation_mb << 20
+            }
+            Trigger::Llcmpi => {
+                let Some(now) = obs.counters else { return false };
+                let Some(before) = self.counters_before.replace(now) else { return false };
+                let accesses = now.accesses.saturating_sub(before.accesses);
+                if accesses == 0 {
+                    return false;
+                }
+                let rate = now.llc_misses.saturating_sub(before.llc_misses) as f64 / accesses as f64;
+                let fire = llcmpi_rise(&self.rates, rate) > self.cfg.llcmpi_threshold;
+                self.rates.push_back(rate);
+                if self.rates.len() > LLCMPI_HISTORY {
+                    self.rates.pop_front();
+                }
+                fire
+            }
+        }
+    }
+
+    /// The ranking key of an object (smaller first); `fast`: it is in the fast tier now.
+    fn rank_key(&self, st: &ObjState, fast: bool) -> (f64, f64) {
+        let boost = if fast { 1.0 + self.cfg.hysteresis } else { 1.0 };
+        match self.cfg.priority {
+            Priority::Fifo => (-(st.born as f64), 0.0),
+            Priority::Lru => (-(st.last_ns.map_or(-1.0, |t| t as f64)), -st.tau * boost / st.len as f64),
+            Priority::Apb => (-st.tau * boost / st.len as f64, -(st.born as f64)),
+        }
+    }
+
+    /// The bytes of the fast set of the last re-assignment.
+    pub fn fast_set_bytes(&self) -> u64 {
+        self.fast_set_bytes
+    }
+
+    /// Prioritization and enforcement: the ranked objects, the fast set's membership of each,
+    /// and the moves.
+    fn assign(&mut self, obs: &Observations, objects: &[ObjectObs]) -> Vec<Action> {
+        let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0) else { return Vec::new() };
+        let slow: Tier = obs.tiers.iter().map(|t| t.tier).max().unwrap_or(0);
+        if slow == 0 {
+            return Vec::new();
+        }
+        // ephemeral buffering: only objects that have lived a whole interval
+        let mut ranked: Vec<(usize, &ObjState)> = objects
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| self.objects.get(&(o.pid, o.addr)).map(|st| (i, st)))
+            .filter(|(_, st)| st.born < self.interval)
+            .collect();
+        ranked.sort_by(|a, b| {
+            let in_fast = |i: usize| objects[i].fast_bytes * 2 > objects[i].resident_bytes;
+            let (ka, kb) = (self.rank_key(a.1, in_fast(a.0)), self.rank_key(b.1, in_fast(b.0)));
+            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(objects[a.0].addr.cmp(&objects[b.0].addr))
+        });
+        // the fast tier less what is resident there outside the ranked objects
+        let used = fast.capacity_bytes.saturating_sub(fast.free_bytes);
+        let ranked_fast: u64 = ranked.iter().map(|(i, _)| objects[*i].fast_bytes).sum();
+        let outside = used.saturating_sub(ranked_fast);
+        let budget = ((fast.capacity_bytes as f64 * self.cfg.fast_fill) as u64).saturating_sub(outside);
+        let mut filled = 0u64;
+        let mut open = true;
+        let mut actions = Vec::new();
+        let mut sites: HashMap<(u32, u32), (u32, u32)> = HashMap::new(); // (in fast, in slow)
+        let n = ranked.len() as i64;
+        for (rank, (i, _)) in ranked.iter().enumerate() {
+            let o = &objects[*i];
+            open = open && filled + o.len <= budget;
+            let site = sites.entry((o.pid, o.context)).or_default();
+            if open {
+                filled += o.len;
+                site.0 += 1;
+                if o.resident_bytes > o.fast_bytes {
+                    actions.push(Action::Move {
+                        pid: o.pid,
+                        addr: o.addr,
+                        len: o.len,
+                        to: 0,
+                        priority: n - rank as i64,
+                    });
+                }
+            } else {
+                site.1 += 1;
+                if o.fast_bytes > 0 {
+                    actions.push(Action::Move {
+                        pid: o.pid,
+                        addr: o.addr,
+                        len: o.len,
+                        to: slow,
+                        priority: rank as i64,
+                    });
+                }
+            }
+        }
+        self.fast_set_bytes = filled;
+        if self.cfg.proactive {
+            let mut keys: Vec<_> = sites.keys().copied().collect();
+            keys.sort_unstable();
+            for key in keys {
+                let (f, s) = sites[&key];
+                let share = |k: u32| k as f64 / (f + s) as f64;
+                let d = if share(s) >= self.cfg.site_fraction {
+                    Directive::Slow
+                } else if share(f) >= self.cfg.site_fraction {
+                    Directive::Fast
+                } else {
+                    Directive::Default
+                };
+                if self.directives.get(&key).copied().unwrap_or(Directive::Default) != d {
+                    self.directives.insert(key, d);
+                    actions.push(Action::SetDirective { pid: key.0, context: key.1, directive: d });
+                }
+            }
+        }
+        actions
+    }
+}
+
+/// How far `rate` rises above the mean of `history`, in units of that mean (0 without one).
+fn llcmpi_rise(history: &VecDeque<f64>, rate: f64) -> f64 {
+    if history.len() < LLCMPI_HISTORY {
+        return 0.0;
+    }
+    let mean = history.iter().sum::<f64>() / history.len() as f64;
+    if mean > 0.0 {
+        (rate - mean) / mean
+    } else {
+        0.0
+    }
+}
+
+impl Policy for Mat {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn decide(&mut self, obs: &Observations) -> Vec<Action> {
+        self.interval += 1;
+        let objects = self.pieces(&obs.objects);
+        self.aggregate(obs, &objects);
+        if !self.triggered(obs) {
+            return Vec::new();
+        }
+        self.last_assignment = self.interval;
+        self.allocated_at_last = Some(obs.contexts.iter().map(|c| c.bytes_allocated).sum());
+        self.assignments += 1;
+        self.assign(obs, &objects)
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            samples: true,
+            objects: true,
+            contexts: self.cfg.proactive || self.cfg.trigger == Trigger::Allocation,
+            counters: self.cfg.trigger == Trigger::Llcmpi,
+            ..Needs::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ContextObs, Counters, Sample, TierObs};
+
+    const MB: u64 = 1 << 20;
+
+    fn tiers(fast_cap: u64, fast_used: u64) -> Vec<TierObs> {
+        vec![
+            TierObs { tier: 0, capacity_bytes: fast_cap, free_bytes: fast_cap - fast_used },
+            TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: 1 << 39 },
+        ]
+    }
+
+    /// An object at `mb` MiB of `len_mb` MiB, context `ctx`, all resident in `tier`.
+    fn obj(mb: u64, len_mb: u64, ctx: u32, tier: Tier) -> ObjectObs {
+        let len = len_mb * MB;
+        ObjectObs {
+            pid: 1,
+            addr: mb * MB,
+            len,
+            context: ctx,
+            resident_bytes: len,
+            fast_bytes: if tier == 0 { len } else { 0 },
+        }
+    }
+
+    fn samples(at_mb: u64, n: usize, time_ns: u64) -> Vec<Sample> {
+        (0..n).map(|_| Sample { pid: 1, addr: at_mb * MB + 64, tier: 1, time_ns, store: false }).collect()
+    }
+
+    fn obs(objects: Vec<ObjectObs>, samples: Vec<Sample>, fast_cap: u64) -> Observations {
+        let used = objects.iter().map(|o| o.fast_bytes).sum();
+        Observations { tiers: tiers(fast_cap, used), objects, samples, ..Default::default() }
+    }
+
+    fn mat(priority: Priority) -> Mat {
+        Mat::new(Config { priority, ..Config::default() }, "mat")
+    }
+
+    /// The (addr MiB, tier) of each move.
+    fn moves(actions: &[Action]) -> Vec<(u64, Tier)> {
+        let mut v: Vec<_> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Move { addr, to, .. } => Some((addr / MB, *to)),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn the_estimate_is_an_ewma_of_samples_per_interval() {
+        let mut m = mat(Priority::Apb);
+        let o = vec![obj(0, 1, 1, 1)];
+        m.decide(&obs(o.clone(), samples(0, 10, 5), 100 * MB));
+        assert!((m.objects[&(1, 0)].tau - 1.0).abs() < 1e-9, "0.1 * 10 + 0.9 * 0");
+        m.decide(&obs(o.clone(), samples(0, 20, 6), 100 * MB));
+        assert!((m.objects[&(1, 0)].tau - 2.9).abs() < 1e-9, "0.1 * 20 + 0.9 * 1");
+        m.decide(&obs(o, vec![], 100 * MB));
+        assert!((m.objects[&(1, 0)].tau - 2.61).abs() < 1e-9, "0.9 * 2.9");
+        assert_eq!(m.objects[&(1, 0)].last_ns, Some(6));
+    }
+
+    /// Three objects of 10 MiB, born in intervals 1, 2, 3 at 0, 10, 20 MiB; a fast tier that
+    /// holds two of them (at 90 %: 22.2 MiB); object 0 sampled most per byte, object 1 sampled
+    /// last. Returns the moves of the re-assignment in interval 5.
+    fn ranking(priority: Priority) -> Vec<(u64, Tier)> {
+        let mut m = mat(priority);
+        let cap = 23 * MB;
+        let mut live = vec![];
+        for (k, at) in [0u64, 10, 20].into_iter().enumerate() {
+            live.push(obj(at, 10, 1 + k as u32, 1));
+            let s = if at == 0 { samples(0, 50, 10) } else { vec![] };
+            m.decide(&obs(live.clone(), s, cap));
+        }
+        m.decide(&obs(live.clone(), samples(10, 1, 20), cap));
+        moves(&m.decide(&obs(live, vec![], cap)))
+    }
+
+    #[test]
+    fn each_priority_orders_the_objects_its_way() {
+        // fifo: the newest (20, 10) first; lru: 10 (sampled last) then 0; apb: 0 then 10
+        assert_eq!(ranking(Priority::Fifo), vec![(10, 0), (20, 0)]);
+        assert_eq!(ranking(Priority::Lru), vec![(0, 0), (10, 0)]);
+        assert_eq!(ranking(Priority::Apb), vec![(0, 0), (10, 0)]);
+    }
+
+    #[test]
+    fn the_fast_set_fills_ninety_percent_of_the_fast_tier_less_what_else_is_there() {
+        let mut m = mat(Priority::Apb);
+        // ten 10 MiB objects in the slow tier, 100 MiB fast: 90 MiB for nine of them
+        let live: Vec<_> = (0..10).map(|k| obj(10 * k, 10, 1, 1)).collect();
+        m.decide(&obs(live.clone(), vec![], 100 * MB));
+        let all: Vec<Sample> = (0..10).flat_map(|k| samples(10 * k, 10 - k as usize, 1)).collect();
+        let a = m.decide(&obs(live.clone(), all.clone(), 100 * MB));
+        assert_eq!(moves(&a).len(), 9, "90 of 100 MiB");
+        assert!(!moves(&a).contains(&(90, 0)), "the least sampled stays");
+        // 25 MiB of the fast tier used by something else: 65 MiB, six objects
+        let mut o = obs(live, all, 100 * MB);
+        o.tiers = tiers(100 * MB, 25 * MB);
+        assert_eq!(moves(&m.decide(&o)).len(), 6);
+    }
+
+    #[test]
+    fn objects_in_the_fast_tier_that_lost_their_place_are_demoted_whole() {
+        let mut m = mat(Priority::Apb);
+        let live = vec![obj(0, 10, 1, 0), obj(10, 10, 2, 1)];
+        m.decide(&obs(live.clone(), vec![], 12 * MB));
+        let a = m.decide(&obs(live, samples(10, 30, 1), 12 * MB));
+        assert_eq!(moves(&a), vec![(0, 1), (10, 0)]);
+        assert!(a.iter().all(|a| matches!(a, Action::Move { len, .. } if *len == 10 * MB)));
+    }
+
+    #[test]
+    fn objects_that_have_not_lived_a_whole_interval_are_not_moved() {
+        let mut m = mat(Priority::Apb);
+        let a = m.decide(&obs(vec![obj(0, 1, 1, 1)], samples(0, 100, 1), 100 * MB));
+        assert!(a.is_empty(), "first seen this interval: {a:?}");
+        let a = m.decide(&obs(vec![obj(0, 1, 1, 1)], samples(0, 100, 2), 100 * MB));
+        assert_eq!(moves(&a), vec![(0, 0)]);
+        // another object at the same address is new again
+        let a = m.decide(&obs(vec![obj(0, 2, 1, 1)], samples(0, 100, 3), 100 * MB));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn large_records_are_ranked_and_moved_in_pieces() {
+        let mut m = Mat::new(Config { split_mb: 4, ..Config::default() }, "mat");
+        let live = vec![obj(0, 16, 1, 1)];
+        m.decide(&obs(live.clone(), vec![], 100 * MB));
+        let a = m.decide(&obs(live, samples(9, 5, 1), 5 * MB));
+        assert_eq!(moves(&a), vec![(8, 0)], "the 4 MiB piece at 8 MiB");
+    }
+
+    fn counted(accesses: u64, misses: u64) -> Observations {
+        Observations { counters: Some(Counters { accesses, llc_misses: misses }), ..Default::default() }
+    }
+
+    #[test]
+    fn the_triggers_fire_on_time_on_a_rise_in_misses_and_on_allocation() {
+        let mut m = Mat::new(Config { time_intervals: 3, ..Config::default() }, "mat");
+        let fired: Vec<bool> = (0..7)
+            .map(|_| {
+                m.interval += 1;
+                let f = m.triggered(&Observations::default());
+                if f {
+                    m.last_assignment = m.interval;
+                }
+                f
+            })
+            .collect();
+        assert_eq!(fired, vec![false, false, true, false, false, true, false]);
+
+        let mut m = Mat::new(Config { trigger: Trigger::Llcmpi, ..Config::default() }, "mat");
+        // ten intervals at 1 miss in 100 accesses, then 2.5 % (a rise of 1.5: no), then 4 % (3: yes)
+        let (mut acc, mut miss) = (0, 0);
+        for _ in 0..11 {
+            acc += 1000;
+            miss += 10;
+            assert!(!m.triggered(&counted(acc, miss)));
+        }
+        acc += 1000;
+        miss += 25;
+        assert!(!m.triggered(&counted(acc, miss)));
+        acc += 1000;
+        miss += 40;
+        assert!(m.triggered(&counted(acc, miss)));
+        assert!(!m.triggered(&Observations::default()), "no counters: never");
+
+        let mut m = Mat::new(Config { trigger: Trigger::Allocation, allocation_mb: 2, ..Config::default() }, "mat");
+        let ctx = |bytes: u64| Observations {
+            contexts: vec![ContextObs {
+                pid: 1,
+                index: 1,
+                id: 1,
+                size_class: 0,
+                allocs: 1,
+                frees: 0,
+                live_bytes: 0,
+                bytes_allocated: bytes,
+                directive: Directive::Default,
+            }],
+            ..Default::default()
+        };
+        assert!(!m.triggered(&ctx(MB)));
+        assert!(m.triggered(&ctx(2 * MB)));
+    }
+
+    #[test]
+    fn proactive_sends_a_sites_new_objects_where_all_its_objects_went() {
+        let mut m = Mat::new(Config { proactive: true, ..Config::default() }, "proactive");
+        // site 1: two cold objects; site 2: one hot; site 3: one hot, one cold
+        let live = vec![obj(0, 10, 1, 0), obj(10, 10, 1, 0), obj(20, 10, 2, 1), obj(30, 10, 3, 1), obj(40, 10, 3, 1)];
+        m.decide(&obs(live.clone(), vec![], 25 * MB));
+        let mut s = samples(20, 40, 1);
+        s.extend(samples(30, 20, 1));
+        let a = m.decide(&obs(live.clone(), s.clone(), 25 * MB));
+        let mut d: Vec<_> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::SetDirective { context, directive, .. } => Some((*context, *directive)),
+                _ => None,
+            })
+            .collect();
+        d.sort_by_key(|x| x.0);
+        assert_eq!(d, vec![(1, Directive::Slow), (2, Directive::Fast)], "site 3 is split: left to the default");
+        let a = m.decide(&obs(live, s, 25 * MB));
+        assert!(!a.iter().any(|a| matches!(a, Action::SetDirective { .. })), "set once");
+    }
+
+    #[test]
+    fn with_hysteresis_an_object_in_the_fast_tier_keeps_its_place_against_a_near_tie() {
+        // object 0 in the fast tier, object 10 slightly more sampled; room for one
+        let run = |hysteresis: f64| {
+            let mut m = Mat::new(Config { hysteresis, ..Config::default() }, "mat");
+            let live = vec![obj(0, 10, 1, 0), obj(10, 10, 2, 1)];
+            m.decide(&obs(live.clone(), vec![], 12 * MB));
+            let mut s = samples(0, 20, 1);
+            s.extend(samples(10, 24, 1));
+            moves(&m.decide(&obs(live, s, 12 * MB)))
+        };
+        assert_eq!(run(0.0), vec![(0, 1), (10, 0)], "the paper's ranking swaps them");
+        assert!(run(0.5).is_empty(), "24 < 20 x 1.5: they stay");
+    }
+}

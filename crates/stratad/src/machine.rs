@@ -1,0 +1,88 @@
+//! The machine seam: what the engine needs of a machine, whichever it is.
+use strata_policy::{ContextObs, Counters, Directive, HintFault, Node, NodeObs, ObjectObs, PageObs, Sample, TierObs};
+
+/// Why a page did not move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Refusal {
+    /// the destination tier is full
+    NoRoom,
+    /// the page is not there (unmapped, or never touched)
+    Gone,
+    /// no such tier
+    BadTier,
+    /// the mover's rate limit or per-round cap
+    Budget,
+    /// the machine cannot do this action (e.g. directives without a channel)
+    Unsupported,
+    /// any other errno
+    Other(i32),
+}
+
+impl Refusal {
+    /// The reason's name in statistics.
+    pub fn name(self) -> String {
+        match self {
+            Refusal::NoRoom => "no_room".into(),
+            Refusal::Gone => "gone".into(),
+            Refusal::BadTier => "bad_tier".into(),
+            Refusal::Budget => "budget".into(),
+            Refusal::Unsupported => "unsupported".into(),
+            Refusal::Other(e) => format!("errno_{e}"),
+        }
+    }
+}
+
+/// What happened to one page of a move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveStatus {
+    /// it moved from this node
+    Moved {
+        from: Node,
+    },
+    /// it was there already
+    Already,
+    Refused(Refusal),
+}
+
+/// A machine the engine observes and moves pages on.
+pub trait Machine {
+    /// Bytes of a page.
+    fn page_bytes(&self) -> u64;
+    /// The machine's time (simulated on the emulated machine), ns.
+    fn now_ns(&self) -> u64;
+    /// Each node's tier, distance, capacity and free bytes, nearest the CPUs first.
+    fn nodes(&mut self) -> Vec<NodeObs>;
+    /// Each tier's capacity and free bytes.
+    fn tiers(&mut self) -> Vec<TierObs> {
+        strata_policy::tiers_of(&self.nodes())
+    }
+    /// Continue the accessed/dirty-bit walk: up to `max` present pages from where the last call
+    /// stopped, in address order, their bits cleared once read. True when the walk passed the
+    /// last page (a full scan ended).
+    fn scan(&mut self, max: u64, out: &mut Vec<PageObs>) -> bool;
+    /// Sampled LLC misses since the last call.
+    fn samples(&mut self, _out: &mut Vec<Sample>) {}
+    /// Hint faults since the last call.
+    fn hint_faults(&mut self, _out: &mut Vec<HintFault>) {}
+    /// The node of each page of process `pid` (None: not resident).
+    fn locate(&mut self, pid: u32, pages: &[u64]) -> Vec<Option<Node>>;
+    /// Move pages of process `pid` to node `to`; one status a page.
+    fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus>;
+    /// Set where a context's new objects go, through the process's channel.
+    fn set_directive(&mut self, _pid: u32, _context: u32, _d: Directive) -> Result<(), Refusal> {
+        Err(Refusal::Unsupported)
+    }
+    /// The tracked objects alive now, in (pid, address) order (from the processes' channels),
+    /// with their residency.
+    fn objects(&mut self, _out: &mut Vec<ObjectObs>) {}
+    /// The allocation contexts (from the processes' channels).
+    fn contexts(&mut self, _out: &mut Vec<ContextObs>) {}
+    /// Cumulative accesses and LLC misses, where the machine counts them.
+    fn counters(&mut self) -> Option<Counters> {
+        None
+    }
+    /// Sample one LLC miss in `period`; false where the machine cannot.
+    fn enable_samples(&mut self, _period: u64) -> bool {
+        false
+    }
+}

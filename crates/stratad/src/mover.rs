@@ -1,0 +1,305 @@
+//! The mover: carries out a policy's moves within a rate limit (MB/s, as tokens that accrue with
+//! the machine's time) and a cap per round: moves to slower tiers first, since they make the room
+//! that moves to faster ones need, then the highest priorities first.
+use std::cmp::Reverse;
+
+use strata_policy::{Action, Node, Tier};
+
+use crate::config::MoverConfig;
+use crate::machine::{Machine, MoveStatus, Refusal};
+use crate::stats::Stats;
+
+pub struct Mover {
+    cfg: MoverConfig,
+    /// bytes it may still move
+    tokens: f64,
+    last_ns: Option<u64>,
+}
+
+impl Mover {
+    pub fn new(cfg: MoverConfig) -> Mover {
+        let tokens = cfg.max_bytes_per_round as f64;
+        Mover { cfg, tokens, last_ns: None }
+    }
+
+    fn refill(&mut self, now_ns: u64) {
+        if let Some(last) = self.last_ns {
+            let dt = now_ns.saturating_sub(last) as f64 * 1e-9;
+            self.tokens = (self.tokens + dt * self.cfg.rate_mbps * 1e6).min(self.cfg.max_bytes_per_round as f64);
+        }
+        self.last_ns = Some(now_ns);
+    }
+
+    /// Apply one round's actions.
+    pub fn apply(&mut self, now_ns: u64, mut actions: Vec<Action>, m: &mut dyn Machine, stats: &mut Stats) {
+        self.refill(now_ns);
+        let nodes = m.nodes();
+        let tier_of = |n: Node| nodes.iter().find(|x| x.node == n).map_or(Tier::MAX, |x| x.tier);
+        // moves to slower tiers first (they make the room the others need), then highest
+        // priority first; ties keep the policy's order
+        actions.sort_by_key(|a| match a {
+            Action::Move { to, priority, .. } => (Reverse(*to), Reverse(*priority)),
+            Action::MoveToNode { node, priority, .. } => (Reverse(tier_of(*node)), Reverse(*priority)),
+            Action::SetDirective { .. } => (Reverse(u8::MAX), Reverse(i64::MAX)),
+        });
+        let mut round =
+            Round { free: nodes.iter().map(|n| (n.node, n.free_bytes)).collect(), cap: self.cfg.max_bytes_per_round };
+        for a in actions {
+            match a {
+                Action::Move { pid, addr, len, to, .. } => {
+                    // the tier's nodes, nearest first
+                    let targets: Vec<Node> = nodes.iter().filter(|n| n.tier == to).map(|n| n.node).collect();
+                    self.move_range(m, &mut round, stats, pid, (addr, len), &targets, &tier_of);
+                }
+                Action::MoveToNode { pid, addr, len, node, .. } => {
+                    self.move_range(m, &mut round, stats, pid, (addr, len), &[node], &tier_of);
+                }
+                Action::SetDirective { pid, context, directive } => match m.set_directive(pid, context, directive) {
+                    Ok(()) => stats.directives_set += 1,
+                    Err(_) => stats.directives_refused += 1,
+                },
+            }
+        }
+    }
+
+    /// Move the pages of a range that are not on one of `targets` to them: the first target
+    /// while it has room, then the next; within the budget.
+    #[allow(clippy::too_many_arguments)]
+    fn move_range(
+        &mut self,
+        m: &mut dyn Machine,
+        round: &mut Round,
+        stats: &mut Stats,
+        pid: u32,
+        (addr, len): (u64, u64),
+        targets: &[Node],
+        tier_of: &dyn Fn(Node) -> Tier,
+    ) {
+        let page = m.page_bytes();
+        if targets.is_empty() {
+            *stats.refused_pages.entry(Refusal::BadTier.name()).or_default() += len.div_ceil(page);
+            return;
+        }
+        // only the pages that are elsewhere spend the budget
+        let range: Vec<u64> = (addr / page..(addr + len).div_ceil(page)).map(|p| p * page).collect();
+        let mut pages = Vec::with_capacity(range.len());
+        for (p, at) in range.iter().zip(m.locate(pid, &range)) {
+            match at {
+                None => *stats.refused_pages.entry(Refusal::Gone.name()).or_default() += 1,
+                Some(n) if targets.contains(&n) => {}
+                Some(n) => pages.push((*p, n)),
+            }
+        }
+        let affordable = ((self.tokens.max(0.0) as u64).min(round.cap) / page) as usize;
+        if pages.len() > affordable {
+            *stats.refused_pages.entry(Refusal::Budget.name()).or_default() += (pages.len() - affordable) as u64;
+            pages.truncate(affordable);
+        }
+        let mut rest: &[(u64, Node)] = &pages;
+        for (k, &to) in targets.iter().enumerate() {
+            if rest.is_empty() {
+                break;
+            }
+            // the last target takes the rest (what does not fit is refused there)
+            let room = if k + 1 == targets.len() { rest.len() } else { (round.free(to) / page) as usize };
+            let (go, next) = rest.split_at(room.min(rest.len()));
+            rest = next;
+            if go.is_empty() {
+                continue;
+            }
+            let addrs: Vec<u64> = go.iter().map(|g| g.0).collect();
+            for st in m.move_pages(pid, &addrs, to) {
+                match st {
+                    MoveStatus::Moved { from } => {
+                        self.tokens -= page as f64;
+                        round.cap -= page;
+                        round.moved(from, to, page);
+                        let p = stats.processes.entry(pid).or_default();
+                        let (tf, tt) = (tier_of(from), tier_of(to));
+                        if tt < tf {
+                            stats.promoted_pages += 1;
+                            stats.promoted_bytes += page;
+                            p.promoted_pages += 1;
+                        } else if tt > tf {
+                            stats.demoted_pages += 1;
+                            stats.demoted_bytes += page;
+                            p.demoted_pages += 1;
+                        } else {
+                            stats.rebalanced_pages += 1;
+                        }
+                        stats.migrated_bytes += page;
+                    }
+                    MoveStatus::Already => {}
+                    MoveStatus::Refused(r) => *stats.refused_pages.entry(r.name()).or_default() += 1,
+                }
+            }
+        }
+    }
+}
+
+/// What a round has left: each node's free bytes as the moves change them, and the cap.
+struct Round {
+    free: Vec<(Node, u64)>,
+    cap: u64,
+}
+
+impl Round {
+    fn free(&self, n: Node) -> u64 {
+        self.free.iter().find(|f| f.0 == n).map_or(0, |f| f.1)
+    }
+    fn moved(&mut self, from: Node, to: Node, bytes: u64) {
+        for f in &mut self.free {
+            if f.0 == from {
+                f.1 += bytes;
+            } else if f.0 == to {
+                f.1 = f.1.saturating_sub(bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Refusal;
+    use strata_policy::NodeObs;
+
+    /// Nodes of `cap` pages each in `tier`s (nearest first: node 0, 1, ...); page i is on node
+    /// `node[i]`.
+    struct Fake {
+        cap: Vec<u64>,
+        tier: Vec<Tier>,
+        node: Vec<Node>,
+    }
+
+    impl Fake {
+        /// Two nodes, one a tier, of these capacities; pages start on node 1.
+        fn two(cap: [u64; 2], node: Vec<Node>) -> Fake {
+            Fake { cap: cap.to_vec(), tier: vec![0, 1], node }
+        }
+        fn on(&self, n: Node) -> usize {
+            self.node.iter().filter(|x| **x == n).count()
+        }
+    }
+
+    impl Machine for Fake {
+        fn page_bytes(&self) -> u64 {
+            4096
+        }
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn nodes(&mut self) -> Vec<NodeObs> {
+            (0..self.cap.len())
+                .map(|n| NodeObs {
+                    node: n as Node,
+                    tier: self.tier[n],
+                    distance: 10 + n as u8,
+                    capacity_bytes: self.cap[n] * 4096,
+                    free_bytes: (self.cap[n] - self.on(n as Node) as u64) * 4096,
+                })
+                .collect()
+        }
+        fn scan(&mut self, _: u64, _: &mut Vec<strata_policy::PageObs>) -> bool {
+            true
+        }
+        fn locate(&mut self, _pid: u32, pages: &[u64]) -> Vec<Option<Node>> {
+            pages.iter().map(|&a| self.node.get((a / 4096) as usize).copied()).collect()
+        }
+        fn move_pages(&mut self, _pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
+            pages
+                .iter()
+                .map(|&a| {
+                    let i = (a / 4096) as usize;
+                    if i >= self.node.len() {
+                        MoveStatus::Refused(Refusal::Gone)
+                    } else if self.node[i] == to {
+                        MoveStatus::Already
+                    } else if self.on(to) as u64 >= self.cap[to as usize] {
+                        MoveStatus::Refused(Refusal::NoRoom)
+                    } else {
+                        let from = self.node[i];
+                        self.node[i] = to;
+                        MoveStatus::Moved { from }
+                    }
+                })
+                .collect()
+        }
+    }
+
+    fn promote(addr: u64, pages: u64) -> Action {
+        Action::Move { pid: 1, addr: addr * 4096, len: pages * 4096, to: 0, priority: 1 }
+    }
+
+    #[test]
+    fn a_move_beyond_the_tiers_capacity_is_refused_and_counted() {
+        let mut m = Fake::two([10, 100], vec![1; 50]);
+        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 1 << 30 });
+        let mut stats = Stats::default();
+        mover.apply(0, vec![promote(0, 30), promote(60, 2)], &mut m, &mut stats);
+        assert_eq!(stats.promoted_pages, 10);
+        assert_eq!(stats.refused_pages["no_room"], 20);
+        assert_eq!(stats.refused_pages["gone"], 2, "pages that are not there");
+        assert_eq!(m.on(0), 10);
+    }
+
+    #[test]
+    fn pages_already_in_place_spend_no_budget() {
+        // an object of 8 pages, 6 of them in the fast tier already, and a budget of 2 pages
+        let mut m = Fake::two([100, 100], vec![0, 0, 0, 1, 0, 0, 0, 1]);
+        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut stats = Stats::default();
+        mover.apply(0, vec![promote(0, 8)], &mut m, &mut stats);
+        assert_eq!(stats.promoted_pages, 2);
+        assert!(stats.refused_pages.is_empty(), "{:?}", stats.refused_pages);
+        assert_eq!(m.on(0), 8);
+    }
+
+    #[test]
+    fn the_rate_limit_and_the_round_cap_hold() {
+        let mut m = Fake::two([1000, 1000], vec![1; 500]);
+        // 4 pages a round at most; 1 page's worth of tokens a millisecond
+        let mut mover = Mover::new(MoverConfig { rate_mbps: 4096.0 / 1e3, max_bytes_per_round: 4 * 4096 });
+        let mut stats = Stats::default();
+        mover.apply(0, vec![promote(0, 100)], &mut m, &mut stats);
+        assert_eq!(stats.promoted_pages, 4, "the cap of the first round");
+        assert_eq!(stats.refused_pages["budget"], 96);
+        mover.apply(2_000_000, vec![promote(4, 100)], &mut m, &mut stats);
+        assert_eq!(stats.promoted_pages, 6, "2 ms later: two pages' worth of tokens");
+        mover.apply(1_000_000_000, vec![promote(6, 100)], &mut m, &mut stats);
+        assert_eq!(stats.promoted_pages, 10, "tokens never exceed one round's cap");
+    }
+
+    #[test]
+    fn demotions_go_first_to_make_room() {
+        // a full fast tier: the promotion only fits after the demotion, whatever the priorities
+        let mut m = Fake::two([2, 10], vec![0, 0, 1]);
+        let mut mover = Mover::new(MoverConfig::default());
+        let mut stats = Stats::default();
+        let acts = vec![
+            Action::Move { pid: 1, addr: 2 * 4096, len: 4096, to: 0, priority: 20 },
+            Action::Move { pid: 1, addr: 0, len: 4096, to: 1, priority: 0 },
+        ];
+        mover.apply(0, acts, &mut m, &mut stats);
+        assert_eq!((stats.promoted_pages, stats.demoted_pages), (1, 1));
+        assert!(stats.refused_pages.is_empty(), "{:?}", stats.refused_pages);
+    }
+
+    #[test]
+    fn a_tier_of_several_nodes_fills_the_nearest_first_and_moves_within_a_tier_are_rebalances() {
+        // nodes 0 and 1 (tier 0) of 4 pages each, node 2 (tier 1); ten pages on node 2
+        let mut m = Fake { cap: vec![4, 4, 100], tier: vec![0, 0, 1], node: vec![2; 10] };
+        let mut mover = Mover::new(MoverConfig::default());
+        let mut stats = Stats::default();
+        mover.apply(0, vec![promote(0, 6)], &mut m, &mut stats);
+        assert_eq!((m.on(0), m.on(1)), (4, 2), "node 0 filled first, then node 1");
+        assert_eq!(stats.promoted_pages, 6);
+        let to_node =
+            |addr: u64, node: Node| Action::MoveToNode { pid: 1, addr: addr * 4096, len: 4096, node, priority: 0 };
+        mover.apply(0, vec![to_node(4, 0)], &mut m, &mut stats);
+        assert_eq!(stats.refused_pages["no_room"], 1, "node 0 is full");
+        mover.apply(0, vec![to_node(0, 1), to_node(4, 0)], &mut m, &mut stats);
+        assert_eq!((m.node[0], m.node[4]), (1, 0), "{:?}", m.node);
+        assert_eq!((stats.rebalanced_pages, stats.promoted_pages, stats.demoted_pages), (2, 6, 0));
+    }
+}

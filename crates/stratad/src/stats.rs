@@ -1,0 +1,53 @@
+//! What the engine did, per policy, per tier and per process.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One tier at the last round.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TierStats {
+    pub tier: u8,
+    pub capacity_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// What the engine moved of one process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessStats {
+    pub promoted_pages: u64,
+    pub demoted_pages: u64,
+}
+
+/// The engine's statistics (`"engine"` in the emulator's report).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub policy: String,
+    pub rounds: u64,
+    pub pages_scanned: u64,
+    pub full_scans: u64,
+    /// LLC-miss samples and hint faults the trackers read
+    pub samples: u64,
+    pub hint_faults: u64,
+    /// the most tracked objects and allocation contexts one round saw
+    pub objects: u64,
+    pub contexts: u64,
+    pub promoted_pages: u64,
+    pub demoted_pages: u64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    /// pages moved between nodes of one tier
+    pub rebalanced_pages: u64,
+    /// every byte moved
+    pub migrated_bytes: u64,
+    /// pages a policy asked to move that did not, by reason (no_room, gone, budget, ...)
+    pub refused_pages: BTreeMap<String, u64>,
+    pub directives_set: u64,
+    /// directives the machine could not set (no channel)
+    pub directives_refused: u64,
+    /// host CPU time spent in the policy's decisions, ns (not simulated; varies with the host)
+    pub policy_cpu_ns: u64,
+    /// host CPU time of whole rounds (scan, policy, moves), ns
+    pub engine_cpu_ns: u64,
+    pub tiers: Vec<TierStats>,
+    pub processes: BTreeMap<u32, ProcessStats>,
+}
