@@ -236,7 +236,7 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
 /// the run's (a progress thread's wall-clock wake-ups would be modelled too, and made the
 /// emulated counts vary with the host's load: next_to's page walks once rose above std's).
 #[test]
-fn quiet_ycsb_runs_only_its_workers_on_the_emulator() {
+fn quiet_ycsb_with_one_worker_runs_on_the_main_thread_of_the_emulator() {
     let emu = root().join("target/emu").join(std::env::consts::ARCH.to_string() + "-unknown-linux-gnu/release/strata");
     let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--"]).arg(emu).args([
         "bench",
@@ -256,7 +256,7 @@ fn quiet_ycsb_runs_only_its_workers_on_the_emulator() {
         "--ops",
         "1000",
     ]));
-    assert_eq!(v["threads"], 3, "{}", v["per_thread"]);
+    assert_eq!(v["threads"], 1, "{}", v["per_thread"]);
 }
 
 #[test]
@@ -319,10 +319,12 @@ fn ycsb_on_the_emulated_machine() {
     let fast = e("std", "first-touch", "fast_bytes") as f64;
     assert!((fast / footprint - 0.59).abs() < 0.01, "{fast} of {footprint}");
     assert!(e("std", "first-touch", "fast_accesses") > 0 && e("std", "first-touch", "far_accesses") > 0);
-    // nextto keeps each chain on few pages: fewer page walks than std on the same machine
+    // nextto keeps each chain on few pages: fewer first-level TLB misses than std on the same
+    // machine (at 5 MiB the STLB holds every page, so page walks are first touches, and nextto,
+    // an arena per bucket, has more pages)
     for cfg in ["first-touch", "all-fast"] {
-        assert!(e("nextto", cfg, "stlb_misses") < e("std", cfg, "stlb_misses"), "{cfg}");
-        assert!(e("nextto-split", cfg, "stlb_misses") < e("std", cfg, "stlb_misses"), "{cfg}");
+        assert!(e("nextto", cfg, "dtlb_misses") * 2 < e("std", cfg, "dtlb_misses"), "{cfg}");
+        assert!(e("nextto-split", cfg, "dtlb_misses") * 2 < e("std", cfg, "dtlb_misses"), "{cfg}");
     }
     assert!(v["ratios"].as_array().unwrap().iter().any(|r| r["config"] == "tpp"));
     assert!(v["scale"].as_str().unwrap().contains("59 %"));
@@ -374,7 +376,7 @@ impl Drop for Load {
 #[test]
 fn emulated_runs_repeat_exactly_under_load() {
     // a program whose work depends on random bytes (seeded on the emulated machine), and the
-    // tiering workload that runs YCSB on a worker thread
+    // tiering workload that runs YCSB
     let dir = std::env::temp_dir().join(format!("strata-emu-repeat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("random.c");
@@ -425,29 +427,15 @@ int main(void) {
                 (v, String::from_utf8_lossy(&o.stderr).into_owned()) // the program's own output
             })
             .collect();
-        // a thread's simulated time can differ in its last digits where threads run at the same
-        // time: they share the tiers' bandwidth queues in the host's order (docs/emulator.md)
-        let without_time = |v: &Value| {
-            let mut v = v["per_thread"].clone();
-            let times: Vec<f64> = v
-                .as_array_mut()
-                .unwrap()
-                .iter_mut()
-                .map(|t| t.as_object_mut().unwrap().remove("sim_ns").unwrap().as_f64().unwrap())
-                .collect();
-            (v, times)
-        };
-        let (counts0, times0) = without_time(&runs[0].0);
-        for (v, _) in &runs[1..] {
-            for k in ["totals", "sim_ns", "nodes"] {
+        // both are single-threaded (the YCSB workload runs its phases on the main thread), so
+        // everything repeats: counts, each thread's time, the program's own output
+        for (v, out) in &runs[1..] {
+            for k in ["totals", "sim_ns", "nodes", "per_thread", "background"] {
                 assert_eq!(v[k], runs[0].0[k], "{p:?}: {k} differs between runs under load");
             }
-            let (counts, times) = without_time(v);
-            assert_eq!(counts, counts0, "{p:?}: a thread's counts differ between runs under load");
-            for (a, b) in times.iter().zip(&times0) {
-                assert!((a - b).abs() <= 1e-4 * b, "{p:?}: a thread's time differs: {a} vs {b}");
-            }
+            assert_eq!(out, &runs[0].1, "{p:?}: the program's output differs");
         }
+        assert_eq!(runs[0].0["threads"], 1, "{p:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
