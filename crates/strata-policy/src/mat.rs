@@ -80,8 +80,9 @@ pub struct Config {
     pub llcmpi_threshold: f64,
     /// `allocation`: MB allocated between re-assignments
     pub allocation_mb: u64,
-    /// records larger than this are ranked and moved in pieces of it, MB
-    pub split_mb: u64,
+    /// records larger than this are ranked and moved in pieces of it, MB (fractions allowed;
+    /// whole pages are used)
+    pub split_mb: f64,
     /// proactive per-site placement
     pub proactive: bool,
     /// proactive: share of a site's objects in one tier that sends its new ones there
@@ -101,7 +102,7 @@ impl Default for Config {
             time_intervals: 1,
             llcmpi_threshold: 2.0,
             allocation_mb: 1024,
-            split_mb: 64,
+            split_mb: 64.0,
             proactive: false,
             site_fraction: 1.0,
             hysteresis: 0.0,
@@ -120,8 +121,11 @@ impl Config {
         if !(self.site_fraction > 0.5 && self.site_fraction <= 1.0) {
             return Err(format!("site_fraction must be in (0.5, 1], not {}", self.site_fraction));
         }
-        if self.time_intervals == 0 || self.split_mb == 0 || self.allocation_mb == 0 {
-            return Err("time_intervals, split_mb and allocation_mb must be positive".into());
+        if self.time_intervals == 0 || self.allocation_mb == 0 {
+            return Err("time_intervals and allocation_mb must be positive".into());
+        }
+        if !(self.split_mb * 1048576.0 >= 4096.0 && self.split_mb.is_finite()) {
+            return Err(format!("split_mb must be at least a page (0.00390625), not {}", self.split_mb));
         }
         if !(self.hysteresis >= 0.0 && self.hysteresis.is_finite()) {
             return Err(format!("hysteresis must be at least 0, not {}", self.hysteresis));
@@ -186,27 +190,7 @@ impl Mat {
 
     /// The objects split in pieces of at most `split_mb`, in (pid, addr) order.
     fn pieces(&self, objects: &[ObjectObs]) -> Vec<ObjectObs> {
-        let split = self.cfg.split_mb << 20;
-        let mut out = Vec::with_capacity(objects.len());
-        for o in objects {
-            if o.len <= split {
-                out.push(*o);
-                continue;
-            }
-            // residency is known per record only: spread it evenly over the pieces
-            for off in (0..o.len).step_by(split as usize) {
-                let len = split.min(o.len - off);
-                let share = |b: u64| (b as u128 * len as u128 / o.len as u128) as u64;
-                out.push(ObjectObs {
-                    addr: o.addr + off,
-                    len,
-                    resident_bytes: share(o.resident_bytes),
-                    fast_bytes: share(o.fast_bytes),
-                    ..*o
-                });
-            }
-        }
-        out
+        split_records(objects, ((self.cfg.split_mb * 1048576.0) as u64) & !4095)
     }
 
     /// Aggregation: this interval's samples per object into the EWMA; objects gone are dropped,
@@ -358,6 +342,32 @@ impl Mat {
         }
         actions
     }
+}
+
+/// Objects split into records of at most `split` bytes (MAT's split records, §3.2.2): all but
+/// an object's last record are `split` long. Residency is known per object only, so it is
+/// spread over the records in proportion to their length.
+pub fn split_records(objects: &[ObjectObs], split: u64) -> Vec<ObjectObs> {
+    let split = split.max(4096);
+    let mut out = Vec::with_capacity(objects.len());
+    for o in objects {
+        if o.len <= split {
+            out.push(*o);
+            continue;
+        }
+        for off in (0..o.len).step_by(split as usize) {
+            let len = split.min(o.len - off);
+            let share = |b: u64| (b as u128 * len as u128 / o.len as u128) as u64;
+            out.push(ObjectObs {
+                addr: o.addr + off,
+                len,
+                resident_bytes: share(o.resident_bytes),
+                fast_bytes: share(o.fast_bytes),
+                ..*o
+            });
+        }
+    }
+    out
 }
 
 /// How far `rate` rises above the mean of `history`, in units of that mean (0 without one).
@@ -532,7 +542,7 @@ mod tests {
 
     #[test]
     fn large_records_are_ranked_and_moved_in_pieces() {
-        let mut m = Mat::new(Config { split_mb: 4, ..Config::default() }, "mat");
+        let mut m = Mat::new(Config { split_mb: 4.0, ..Config::default() }, "mat");
         let live = vec![obj(0, 16, 1, 1)];
         m.decide(&obs(live.clone(), vec![], 100 * MB));
         let a = m.decide(&obs(live, samples(9, 5, 1), 5 * MB));

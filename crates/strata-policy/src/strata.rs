@@ -5,17 +5,18 @@
 //!    place and the layers below have little to correct (M2T's point about semantic placement).
 //!    The program's own hints come first: allocations of the explicit API's hot, cold and NextTo
 //!    arenas are bound by the program and are not in the channel, so nothing here moves them.
-//! 2. **Known objects move whole** (MAT, [`crate::mat`], by accesses per byte): tracked objects
-//!    small enough to move in one piece, at most `object_max_fraction` (1/16) of the fast tier,
-//!    are ranked and moved as units, with `hysteresis` (0.5): an object in the fast tier ranks
-//!    as if 50 % hotter, so near-ties do not trade places every round.
-//! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside those objects
-//!    (small allocations, larger objects, memory the allocator does not see) are scored from the
-//!    accessed bits and moved with Ambix's rules (a ranking cut, ten scans between moves, 5 %
-//!    kept free), in the fast tier less what the objects of step 2 hold.
+//! 2. **Known objects move as records** (MAT, [`crate::mat`], by accesses per byte): tracked
+//!    objects are split into records of at most `record_max_fraction` (1/16) of the fast tier
+//!    (MAT's 64 MiB records, scaled to the fast tier), ranked by their sampled LLC misses per
+//!    byte and moved as units, with `hysteresis` (0.5): a record in the fast tier ranks as if
+//!    50 % hotter, so near-ties do not trade places every round.
+//! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
+//!    (small allocations, memory the allocator does not see) are scored from the accessed bits
+//!    and moved with Ambix's rules (a ranking cut, ten scans between moves, 5 % kept free), in
+//!    the fast tier less what the records of step 2 hold.
 //!
-//! Objects take their share first: their samples say more than a page's bits, and a move of a
-//! whole object is one decision instead of thousands.
+//! Records take their share first: their samples say more than a page's bits, and a move of a
+//! whole record is one decision instead of hundreds.
 use serde::Deserialize;
 
 use crate::{ambix, hmalloc, mat, object_at, Action, Needs, Observations, Policy, TierObs};
@@ -23,8 +24,8 @@ use crate::{ambix, hmalloc, mat, object_at, Action, Needs, Observations, Policy,
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// objects up to this share of the fast tier are moved whole; larger ones are paged
-    pub object_max_fraction: f64,
+    /// tracked objects are ranked and moved in records of at most this share of the fast tier
+    pub record_max_fraction: f64,
     /// an object in the fast tier ranks as if this much hotter
     pub hysteresis: f64,
     /// share of the fast tier the objects may fill (MAT's 90 %)
@@ -33,14 +34,14 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { object_max_fraction: 1.0 / 16.0, hysteresis: 0.5, fast_fill: 0.9 }
+        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, fast_fill: 0.9 }
     }
 }
 
 impl Config {
     pub fn check(&self) -> Result<(), String> {
-        if !(self.object_max_fraction > 0.0 && self.object_max_fraction <= 1.0) {
-            return Err(format!("object_max_fraction must be in (0, 1], not {}", self.object_max_fraction));
+        if !(self.record_max_fraction > 0.0 && self.record_max_fraction <= 1.0) {
+            return Err(format!("record_max_fraction must be in (0, 1], not {}", self.record_max_fraction));
         }
         let m = mat::Config { hysteresis: self.hysteresis, fast_fill: self.fast_fill, ..mat::Config::default() };
         m.check()
@@ -79,15 +80,15 @@ impl Policy for Strata {
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let mut actions = self.births.decide(obs);
         let fast_cap = obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| t.capacity_bytes);
-        let max = (fast_cap as f64 * self.cfg.object_max_fraction) as u64;
+        let record = ((fast_cap as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
 
-        // objects that move whole
-        let small: Vec<_> = obs.objects.iter().filter(|o| o.len <= max).copied().collect();
-        let held: u64 = small.iter().map(|o| o.fast_bytes).sum();
-        let object_obs = Observations { objects: small, pages: Vec::new(), ..obs.clone() };
+        // tracked objects, as records
+        let records = mat::split_records(&obs.objects, record);
+        let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
+        let object_obs = Observations { objects: records, pages: Vec::new(), ..obs.clone() };
         actions.extend(self.objects.decide(&object_obs));
 
-        // the rest, paged, in the fast tier less what those objects hold
+        // the rest, paged, in the fast tier less what the records hold
         let pages =
             obs.pages.iter().filter(|p| object_at(&object_obs.objects, p.pid, p.addr).is_none()).copied().collect();
         let tiers: Vec<TierObs> = obs
@@ -116,12 +117,13 @@ mod tests {
     const PAGE: u64 = 4096;
     const MB: u64 = 1 << 20;
 
-    /// A fast tier of 64 MiB; a small object (1 MiB, context 1, slow, sampled), a large one
-    /// (16 MiB, context 2, slow) whose first pages are accessed, and pages outside any object.
+    /// A fast tier of 32 MiB (records of 2 MiB); a small object (1 MiB at 0, context 1, slow,
+    /// sampled most), a large one (40 MiB at 16 MiB, context 2, slow) whose first record is
+    /// sampled, and a page outside any object, accessed every round.
     fn obs(round: u64) -> Observations {
         let objects = vec![
             ObjectObs { pid: 1, addr: 0, len: MB, context: 1, resident_bytes: MB, fast_bytes: 0 },
-            ObjectObs { pid: 1, addr: 16 * MB, len: 16 * MB, context: 2, resident_bytes: 16 * MB, fast_bytes: 0 },
+            ObjectObs { pid: 1, addr: 16 * MB, len: 40 * MB, context: 2, resident_bytes: 40 * MB, fast_bytes: 0 },
         ];
         let mut pages = Vec::new();
         for k in 0..(MB / PAGE) {
@@ -131,7 +133,9 @@ mod tests {
             pages.push(PageObs { pid: 1, addr: 16 * MB + k * PAGE, tier: 1, node: 1, accessed: true, dirty: false });
         }
         pages.push(PageObs { pid: 1, addr: 64 * MB, tier: 1, node: 1, accessed: true, dirty: true });
-        let samples = (0..50).map(|_| Sample { pid: 1, addr: 4096, tier: 1, time_ns: round, store: false }).collect();
+        let at =
+            |addr: u64, n: usize| (0..n).map(move |_| Sample { pid: 1, addr, tier: 1, time_ns: round, store: false });
+        let samples = at(4096, 50).chain(at(16 * MB + 4096, 30)).collect();
         let ctx = |index: u32, bytes: u64| ContextObs {
             pid: 1,
             index,
@@ -147,38 +151,44 @@ mod tests {
             now_ns: round,
             page_bytes: PAGE,
             tiers: vec![
-                TierObs { tier: 0, capacity_bytes: 64 * MB, free_bytes: 64 * MB },
+                TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 32 * MB },
                 TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: 1 << 39 },
             ],
             pages,
             scan_complete: true,
             objects,
             samples,
-            contexts: vec![ctx(1, MB), ctx(2, 16 * MB)],
+            contexts: vec![ctx(1, MB), ctx(2, 40 * MB)],
             ..Default::default()
         }
     }
 
     #[test]
-    fn small_objects_move_whole_the_rest_is_paged_and_contexts_get_directives() {
+    fn objects_move_as_records_the_rest_is_paged_and_contexts_get_directives() {
         let mut p = Strata::new(Config::default());
         let mut all = Vec::new();
         for round in 1..=12 {
             all.extend(p.decide(&obs(round)));
         }
-        let moves: Vec<(u64, u64)> = all
+        // (the synthetic machine never carries the moves out, so each round asks again)
+        let mut moves: Vec<(u64, u64)> = all
             .iter()
             .filter_map(|a| match a {
                 Action::Move { addr, len, to: 0, .. } => Some((*addr, *len)),
                 _ => None,
             })
             .collect();
-        // the small object (1 MiB <= 4 MiB) as one range
+        moves.sort_unstable();
+        moves.dedup();
+        // the small object as one range, the large one as records of 2 MiB (32 MiB / 16)
         assert!(moves.contains(&(0, MB)), "{moves:?}");
-        // the large one's accessed pages and the page outside any object, by Ambix after its ten scans
-        assert!(moves.iter().any(|m| m.0 == 16 * MB && m.1 == 16 * PAGE), "{moves:?}");
-        assert!(moves.iter().any(|m| m.0 == 64 * MB), "{moves:?}");
-        assert!(!moves.iter().any(|m| m.0 > 0 && m.0 < MB), "no page of the small object moves alone: {moves:?}");
+        assert!(moves.contains(&(16 * MB, 2 * MB)), "the sampled record: {moves:?}");
+        assert!(moves.iter().filter(|m| m.0 >= 16 * MB && m.0 < 56 * MB).all(|m| m.1 == 2 * MB), "{moves:?}");
+        // the records fill at most 90 % of the fast tier
+        let records: u64 = moves.iter().filter(|m| m.0 < 56 * MB).map(|m| m.1).sum();
+        assert!(records <= 32 * MB * 9 / 10, "{records} bytes of records promoted");
+        // the page outside any object, by Ambix after its ten scans
+        assert!(moves.contains(&(64 * MB, PAGE)), "{moves:?}");
         let fast_context =
             all.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Fast, .. }));
         assert!(fast_context, "the sampled context starts fast: {all:?}");

@@ -13,7 +13,9 @@ pub mod workloads;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use strata_emu::{run_emulated, toolchain, Machine, MachineArgs, Report as EmuReport, Tiering};
 use strata_util::{io, Progress};
@@ -63,10 +65,20 @@ pub struct Options {
     /// run for about a simulated second, so the benchmark samples more often (docs/tiering.md)
     #[arg(long, default_value_t = 256)]
     pub sample_period: u64,
+    /// MAT's record size (`split_mb` of mat and proactive), MB [default: the footprint / 512].
+    /// The paper splits objects into 64 MiB records on machines with tens of GB of fast memory;
+    /// a 64 MiB record here would be half a 128 MiB footprint (docs/tiering.md)
+    #[arg(long, value_name = "MB")]
+    pub split_mb: Option<f64>,
     /// The engine's configuration for every engine policy (examples/engine.toml); --period-ms
-    /// and --sample-period set its scanner period and sampler
+    /// and --sample-period set its scanner period and sampler, --split-mb MAT's records (where
+    /// the file does not set them)
     #[arg(long, value_name = "FILE")]
     pub policy_config: Option<PathBuf>,
+    /// Emulated runs at once [default: the host's CPUs]. Each run's figures are its own
+    /// simulated time, the same however many run beside it; only the wall time changes
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
 }
 
 /// The fast-tier ratios when none are given: MAT's points.
@@ -178,6 +190,8 @@ struct Ran {
 
 /// Everything one run needs.
 struct Matrix<'a> {
+    /// the emulated runs at once (--jobs)
+    pool: rayon::ThreadPool,
     opts: &'a Options,
     exe: PathBuf,
     machine: Machine,
@@ -266,6 +280,17 @@ fn engine_config(a: &Options, dir: &Path) -> Result<(stratad::Config, PathBuf), 
     };
     cfg.scanner.period_ms = a.period_ms;
     cfg.sampler.period_misses = a.sample_period;
+    // MAT's records: --split-mb, else the file's, else scaled to the footprint
+    let scaled = (a.size_mb as f64 / 512.0).max(4096.0 / 1048576.0);
+    for policy in ["mat", "proactive"] {
+        let t = cfg.policy.entry(policy).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(t) = t.as_table_mut() {
+            match a.split_mb {
+                Some(mb) => drop(t.insert("split_mb".into(), toml::Value::Float(mb))),
+                None => drop(t.entry("split_mb").or_insert(toml::Value::Float(scaled))),
+            }
+        }
+    }
     let path = dir.join(format!("strata-engine-{:010}.toml", std::process::id()));
     let text = toml::to_string(&cfg).map_err(|e| failed(e.to_string()))?;
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
@@ -304,7 +329,11 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             cfg.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
         }
     }
+    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    ensure(jobs > 0, || "--jobs must be positive".into())?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().map_err(|e| failed(e.to_string()))?;
     let mx = Matrix {
+        pool,
         opts: a,
         exe: toolchain::emu_strata()?,
         machine: machine.clone(),
@@ -334,33 +363,45 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
 fn run_workload(mx: &Matrix, w: &str, setups: &[Setup], ratios: &[f64]) -> Result<Vec<Row>, Error> {
     let preset = &mx.opts.preset;
     let total = 2 + ratios.len() * setups.len();
-    let mut done = 0;
-    let mut step = |what: &str| {
-        done += 1;
-        mx.progress.say(&format!("{w}: {what} ({done} of {total})"));
+    let done = AtomicUsize::new(0);
+    let say = |what: &str| {
+        let k = done.fetch_add(1, Ordering::Relaxed) + 1;
+        mx.progress.say(&format!("{w}: {what} ({k} of {total})"));
     };
-    let mut rows = Vec::new();
-    step("all-fast, measuring the footprint");
-    let ran = mx.run(w, &Setup::Bound(Tiering::AllFast), 0)?;
+    // everything fast first: it measures the footprint the fast tiers are shares of
+    let all_fast = Setup::Bound(Tiering::AllFast);
+    let ran = mx.run(w, &all_fast, 0)?;
+    say(&format!(
+        "all-fast, {:.3} M ops/s, a footprint of {} MiB",
+        ran.outcome.figure / 1e6,
+        ran.report.footprint_bytes() >> 20
+    ));
     let footprint = ran.report.footprint_bytes();
-    rows.push(row(w, &Setup::Bound(Tiering::AllFast), None, preset, &ran, footprint));
-    step("far-only");
-    let ran = mx.run(w, &Setup::Bound(Tiering::FarOnly), 0)?;
-    rows.push(row(w, &Setup::Bound(Tiering::FarOnly), None, preset, &ran, 0));
+    let mut rows = vec![row(w, &all_fast, None, preset, &ran, footprint)];
+    let mut jobs: Vec<(Setup, Option<f64>, u64)> = vec![(Setup::Bound(Tiering::FarOnly), None, 0)];
     for &ratio in ratios {
         let fast = strata_emu::fast_bytes_of(footprint, ratio);
-        for s in setups {
-            step(&format!("{} with {:.1} % fast ({} MiB)", s.name(), ratio * 100.0, fast >> 20));
-            let ran = mx.run(w, s, fast)?;
-            let r = row(w, s, Some(ratio), preset, &ran, fast);
-            mx.progress.say(&format!(
-                "  {:.3} M ops/s, {} MiB migrated, {:.1} s",
-                r.figure / 1e6,
-                r.migrated_bytes >> 20,
-                r.wall_s
-            ));
-            rows.push(r);
-        }
+        jobs.extend(setups.iter().map(|s| (s.clone(), Some(ratio), fast)));
+    }
+    let ran: Vec<Result<Row, Error>> = mx.pool.install(|| {
+        jobs.par_iter()
+            .map(|(s, ratio, fast)| {
+                let ran = mx.run(w, s, *fast)?;
+                let r = row(w, s, *ratio, preset, &ran, *fast);
+                let share = ratio.map_or(String::new(), |x| format!(" with {:.1} % fast", x * 100.0));
+                say(&format!(
+                    "{}{share}: {:.3} M ops/s, {} MiB migrated, {:.1} s",
+                    s.name(),
+                    r.figure / 1e6,
+                    r.migrated_bytes >> 20,
+                    r.wall_s
+                ));
+                Ok(r)
+            })
+            .collect()
+    });
+    for r in ran {
+        rows.push(r?);
     }
     let all_fast = rows[0].figure;
     let at = |ratio: f64, policy: &str| {
