@@ -9,8 +9,10 @@
 #include "lru.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -434,6 +436,20 @@ __attribute__((visibility("default"))) int munmap(void *p, size_t len) {
   long rc = syscall(SYS_munmap, p, len);
   if (rc == 0 && emu_self) emu_unmap((uintptr_t)p, len);
   return (int)rc;
+}
+
+/* mremap: the pages move with their place in the emulated page table. */
+__attribute__((visibility("default"))) void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  void *to = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    to = va_arg(ap, void *);
+    va_end(ap);
+  }
+  long rc = syscall(SYS_mremap, old, old_len, new_len, flags, to);
+  if (rc != -1 && emu_self) emu_remap((uintptr_t)old, old_len, (uintptr_t)rc, new_len);
+  return (void *)rc;
 }
 
 __attribute__((visibility("default"))) void *memcpy(void *d, const void *s, size_t n) {

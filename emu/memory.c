@@ -80,6 +80,31 @@ void emu_unmap(uintptr_t start, size_t len) {
   pthread_mutex_unlock(&mem_lock);
 }
 
+/* The program remapped [old, old+old_len) to [new, new+new_len) (mremap): the pages that
+ * still exist move with their node, bits and policy; the old range is gone. */
+void emu_remap(uintptr_t old, size_t old_len, uintptr_t new, size_t new_len) {
+  size_t keep = (old_len < new_len ? old_len : new_len) / PAGE;
+  if (new == old) {
+    if (new_len < old_len) emu_unmap(old + new_len, old_len - new_len);
+    return;
+  }
+  pthread_mutex_lock(&mem_lock);
+  for (size_t i = 0; i < keep; i++) {
+    pte_t *from = emu_pte(old / PAGE + i);
+    if (!from || !(atomic_load(&from->flags) & STRATA_EMU_PRESENT)) continue;
+    pte_t *to = emu_pte_make(new / PAGE + i);
+    to->node = from->node;
+    to->accesses = from->accesses;
+    to->policy = from->policy;
+    atomic_store(&to->flags, atomic_load(&from->flags));
+    atomic_store(&from->flags, 0);
+    from->accesses = 0;
+    from->policy = 0;
+  }
+  pthread_mutex_unlock(&mem_lock);
+  emu_unmap(old, old_len); /* what did not move (resident counts of moved pages are unchanged) */
+}
+
 /* ---- policies: bind requests of libstrata (through the machine interface) --------------- */
 
 enum { POL_DEFAULT = 0, POL_PREFERRED = 1, POL_BIND = 2, POL_INTERLEAVE = 3 };

@@ -216,6 +216,12 @@ page_t *_strata_pages_alloc(int pool, size_t npages, size_t align_pages, const p
 void _strata_pages_free(page_t *head, size_t npages, bool purge);
 large_t *_strata_large_map(int pool, size_t size, size_t align);
 void _strata_large_unmap(large_t *l);
+/* Grow in place, without copying: a run to npages when the pages after it are free; a large
+ * object's mapping to hold `size` bytes (by mremap, moved to a new aligned place if it must:
+ * the new header is returned, NULL when it cannot grow). The caller holds the arena's lock
+ * for a large object (its list links move with the header). */
+bool _strata_run_extend(page_t *run, size_t npages);
+large_t *_strata_large_grow(large_t *l, size_t size);
 
 /* ---- span.c: size classes, shared spans, thread caches --------------------------------- */
 
@@ -283,6 +289,9 @@ void _strata_shared_lock_all(void);              /* fork: every shared arena and
 void _strata_shared_unlock_all(void);
 int _strata_place_tier(strata_place_t place);    /* -1 unbound, else the tier (clamped) */
 void _strata_free(void *p, bool untag);          /* alloc.c: strata_free, optionally untagging */
+/* Grow p's block to hold size bytes without copying (runs, large objects): the block (moved,
+ * for a large object, by remapping its pages), or NULL when it cannot: the caller copies. */
+void *_strata_grow(void *p, size_t size);
 void *_strata_arena_alloc(arena_t *a, size_t size, size_t align, const void *near);
 void _strata_run_free(page_t *run, void *p);
 void _strata_large_free(large_t *l, void *p);
@@ -291,6 +300,10 @@ void _strata_large_free(large_t *l, void *p);
 
 void _strata_tag(void *p, uint32_t ctx, uint32_t record);
 void _strata_untag(void *p);                     /* on free: counts it, forgets its record */
+/* p's block grew in place from old_usable bytes (q: where it is now, a large object may have
+ * been remapped): it stays in its context, which counts the bytes it gained, and its record
+ * follows its new extent. */
+void _strata_retag_grown(const void *p, void *q, size_t old_usable);
 void _strata_untag_block(page_t *span, uint16_t *tags, const void *p); /* a span's block */
 void _strata_tags_release(page_t *span);         /* a span goes back to its segment */
 void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align); /* page aligned, whole pages */
@@ -329,6 +342,7 @@ extern _Atomic bool _strata_contexts_on;
 uint32_t _strata_context_of(size_t size, void *ret, void *frame); /* 0 = none */
 void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
 void _strata_context_free(uint32_t idx, size_t usable);
+void _strata_context_grow(uint32_t idx, size_t bytes); /* an object grew in place */
 void _strata_context_flush(void);                /* this thread's pending counts */
 void _strata_contexts_start(void);
 bool _strata_in_capture(void);
@@ -348,6 +362,7 @@ extern const strata_machine_t _strata_machine_linux;
 void *_strata_prim_map(size_t size, size_t align);  /* zeroed, aligned; NULL on failure */
 void _strata_prim_unmap(void *p, size_t size);
 void _strata_prim_purge(void *p, size_t size);
+void *_strata_prim_remap(void *p, size_t old_size, size_t new_size, void *to); /* NULL: failed */
 
 /* ---- machine/topo.c -------------------------------------------------------------------- */
 

@@ -228,6 +228,28 @@ static void test_first_touch(void) {
   emu_cfg.cap_bytes[0] = saved;
 }
 
+/* mremap moves pages with their nodes: a page touched on node 1 is still on node 1 at its new
+ * address, costs no fault there, and the old address is untouched again. */
+static void test_remap(void) {
+  uint64_t saved = emu_cfg.cap_bytes[0];
+  emu_cfg.cap_bytes[0] = 0; /* every new page on node 1 */
+  volatile char *p = fresh(4 * PAGE);
+  for (int i = 0; i < 4; i++) p[i * PAGE] = (char)i;
+  emu_cfg.cap_bytes[0] = saved;
+  char *to = fresh(16 * PAGE); /* a free place to move to */
+  volatile char *q = mremap((void *)p, 4 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  CHECK(q == to);
+  int64_t faults = c("page_faults");
+  int moved = 0;
+  for (int i = 0; i < 4; i++) moved += q[i * PAGE] == (char)i && strata_emu_node_of((const void *)(q + i * PAGE)) == 1;
+  CHECK(moved == 4 && c("page_faults") == faults);
+  CHECK(strata_emu_node_of((const void *)p) == -1);
+  q[5 * PAGE] = 1; /* the new tail faults in as any page does */
+  CHECK(c("page_faults") == faults + 1);
+  munmap((void *)q, 8 * PAGE);
+  munmap(to + 8 * PAGE, 8 * PAGE);
+}
+
 /* libstrata on the emulated machine: its topology, and its binds, come from the emulator. */
 static void test_libstrata(void) {
   CHECK(strata_emulated() == 1);
@@ -389,6 +411,7 @@ int main(void) {
   test_tlb();
   test_alternate();
   test_first_touch();
+  test_remap();
   test_libstrata();
   test_move();
   test_observe();

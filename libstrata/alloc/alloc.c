@@ -148,6 +148,8 @@ void *strata_realloc(void *p, size_t size) {
     return NULL;
   }
   if (size <= usable && size >= usable / 2) return p;
+  void *grown = size > usable ? _strata_grow(p, size) : NULL;
+  if (grown) return grown;
   arena_t *a = strata_arena_of(p);
   void *q = _strata_arena_alloc(a, size, GRANULE, a->shared >= 0 ? NULL : p);
   if (!q) {

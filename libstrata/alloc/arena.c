@@ -127,6 +127,31 @@ void _strata_large_free(large_t *l, void *p) {
   _strata_large_unmap(l);
 }
 
+/* ---- growing in place (realloc) ------------------------------------------------------------ */
+
+void *_strata_grow(void *p, size_t size) {
+  segment_t *chunk = _strata_chunk_of(p);
+  if (!chunk) return NULL;
+  if (chunk->kind == SEG_LARGE) {
+    large_t *l = (large_t *)chunk;
+    if (p != (char *)l + l->data_off) return NULL;
+    arena_t *a = l->arena;
+    pthread_mutex_lock(&a->lock);
+    large_unlink(a, l); /* the links live in the header, which may move */
+    large_t *n = _strata_large_grow(l, size);
+    if (!n) n = l;
+    n->next = a->larges;
+    n->prev = NULL;
+    if (a->larges) a->larges->prev = n;
+    a->larges = n;
+    pthread_mutex_unlock(&a->lock);
+    return n->map_size - n->data_off >= size ? (char *)n + n->data_off : NULL;
+  }
+  page_t *pg = _strata_page_of(p);
+  if (pg->kind != PK_RUN || p != _strata_page_addr(pg) || size >= LARGE_MIN) return NULL;
+  return _strata_run_extend(pg, (size + PAGE_SIZE - 1) / PAGE_SIZE) ? p : NULL;
+}
+
 /* Whole pages, page aligned, whatever the size (tracked objects of transparent mode). */
 void *_strata_arena_alloc_pages(arena_t *a, size_t size, size_t align) {
   if (align < PAGE_SIZE) align = PAGE_SIZE;

@@ -201,6 +201,28 @@ void _strata_pages_free(page_t *head, size_t n, bool purge) {
   pthread_mutex_unlock(&_strata_seg_lock);
 }
 
+bool _strata_run_extend(page_t *head, size_t n) {
+  segment_t *seg = _strata_segment_of_page(head);
+  size_t start = _strata_page_index(head), old = head->u.run.npages;
+  if (n <= old) return true;
+  if (start + n > PAGES_PER_SEG) return false;
+  pthread_mutex_lock(&_strata_seg_lock);
+  bool ok = range_free(seg, start + old, n - old);
+  if (ok) {
+    for (size_t i = start + old; i < start + n; i++) {
+      seg->free_map[i / 64] &= ~(1ull << (i % 64));
+      seg->pages[i].kind = PK_TAIL;
+      seg->pages[i].head = (uint32_t)start;
+    }
+    seg->used_pages += (uint32_t)(n - old);
+    if (seg->used_pages == PAGES_PER_SEG && in_pool(seg)) list_remove(&pools[seg->pool], seg);
+    head->u.run.npages = (uint32_t)n;
+    _strata_check_segment(seg);
+  }
+  pthread_mutex_unlock(&_strata_seg_lock);
+  return ok;
+}
+
 large_t *_strata_large_map(int pool, size_t size, size_t align) {
   size_t off = align > PAGE_SIZE ? align : PAGE_SIZE;
   /* whole 4 MiB chunks, so no foreign mapping can share a chunk the registry marks as ours
@@ -221,6 +243,29 @@ large_t *_strata_large_map(int pool, size_t size, size_t align) {
   }
   pthread_mutex_unlock(&_strata_seg_lock);
   return l;
+}
+
+large_t *_strata_large_grow(large_t *l, size_t size) {
+  size_t old = l->map_size, map = align_up(l->data_off + size, SEG_SIZE);
+  if (map <= old) return l;
+  if (map < size || size > ((size_t)1 << 46)) return NULL;
+  int pool = l->arena->pool;
+  pthread_mutex_lock(&_strata_seg_lock);
+  large_t *n = _strata_prim_remap(l, old, map, NULL); /* the address space after it is free */
+  if (!n) { /* elsewhere: a fresh aligned reservation the pages move into */
+    void *to = _strata_prim_map(map, SEG_SIZE);
+    n = to ? _strata_prim_remap(l, old, map, to) : NULL;
+    if (!n && to) _strata_prim_unmap(to, map);
+  }
+  if (n) {
+    if (n != l) registry_set(l, old, false);
+    registry_set(n, map, true);
+    bind_range(pool, (char *)n + old, map - old); /* the new tail, before its first write */
+    n->map_size = map;
+    STAT_ADD(large_bytes, (int64_t)(map - old));
+  }
+  pthread_mutex_unlock(&_strata_seg_lock);
+  return n;
 }
 
 void _strata_large_unmap(large_t *l) {

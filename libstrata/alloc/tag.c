@@ -78,6 +78,30 @@ void _strata_untag(void *p) {
   if (record) _strata_untrack(record, p);
 }
 
+void _strata_retag_grown(const void *p, void *q, size_t old_usable) {
+  segment_t *seg = _strata_chunk_of(q);
+  if (!seg) return;
+  uint32_t *ctx, *record;
+  size_t usable;
+  if (seg->kind == SEG_LARGE) {
+    large_t *l = (large_t *)seg;
+    ctx = &l->ctx;
+    record = &l->record;
+    usable = l->map_size - l->data_off;
+  } else {
+    page_t *pg = head_of(seg, q);
+    if (pg->kind != PK_RUN) return;
+    ctx = &pg->u.run.ctx;
+    record = &pg->u.run.record;
+    usable = pg->u.run.npages * PAGE_SIZE;
+  }
+  if (*ctx && usable > old_usable) _strata_context_grow(*ctx, usable - old_usable);
+  if (*record) {
+    _strata_untrack(*record, p);
+    *record = _strata_track(q, usable, *ctx);
+  }
+}
+
 void _strata_untag_block(page_t *span, uint16_t *tags, const void *p) {
   size_t b = block_index(span, p);
   uint32_t ctx = tags[b];

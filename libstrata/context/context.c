@@ -216,6 +216,13 @@ void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable) {
   if (++q->events >= PENDING_MAX) pending_flush(q);
 }
 
+void _strata_context_grow(uint32_t idx, size_t bytes) {
+  pending_t *q = pending_for(idx);
+  q->live_bytes += (int64_t)bytes;
+  q->bytes_allocated += (int64_t)bytes;
+  if (++q->events >= PENDING_MAX) pending_flush(q);
+}
+
 void _strata_context_free(uint32_t idx, size_t usable) {
   if (!_strata_context(idx)) return; /* a stale tag from before a fork */
   pending_t *q = pending_for(idx);

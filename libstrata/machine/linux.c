@@ -39,6 +39,14 @@ void _strata_prim_unmap(void *p, size_t size) { munmap(p, size); }
 
 void _strata_prim_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
 
+/* Resize a mapping without copying its pages: in place when `to` is NULL (the address space
+ * after it must be free), else moved to `to`, which the caller has reserved (the reservation
+ * is replaced). The pages keep their nodes and the mapping its policy. NULL on failure. */
+void *_strata_prim_remap(void *p, size_t old_size, size_t new_size, void *to) {
+  void *q = to ? mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to) : mremap(p, old_size, new_size, 0);
+  return q == MAP_FAILED ? NULL : q;
+}
+
 /* Preferred: the tier's nodes nearest first, then any (MPOL_PREFERRED_MANY); on a kernel
  * without it, the lowest node of the tier. */
 static int linux_bind(void *p, size_t len, uint64_t nodemask, int mode) {

@@ -77,6 +77,13 @@ HOT_PATH void *pl_realloc(void *p, size_t size, void *ret, void *frame) {
     return NULL;
   }
   if (size <= usable && size >= usable / 2) return p;
+  if (size > usable) { /* a run's free pages after it, a large mapping remapped: no copy */
+    void *q = _strata_grow(p, size);
+    if (q) {
+      if (atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed)) _strata_retag_grown(p, q, usable);
+      return q;
+    }
+  }
   void *q = pl_alloc(size, GRANULE, ret, frame); /* a new size is a new context */
   if (!q) return NULL;
   memcpy(q, p, size < usable ? size : usable);

@@ -112,6 +112,45 @@ static void test_realloc(void) {
   CHECK(strata_arena_destroy(ar) == 0);
 }
 
+/* Growing a run (64 KiB - 1 MiB) whose next pages are free, or a large object, copies
+ * nothing: the run stays where it is, the large object's pages are remapped. */
+static void test_realloc_grows_in_place(void) {
+  strata_arena_t *ar = strata_arena_new(strata_cold());
+  int64_t large_before = strata_stat("large_bytes");
+  /* a run with 25 free pages after it: NextTo put a neighbour there, which is then freed */
+  unsigned char *run = NULL, *tried[8];
+  size_t ntried = 0;
+  while (!run && ntried < 8) {
+    unsigned char *r = strata_malloc(100000, strata_in_arena(ar));
+    unsigned char *after = strata_malloc(100000, strata_next_to(r));
+    if (after == r + 25 * 4096) run = r;
+    else tried[ntried++] = r;
+    strata_free(after);
+  }
+  CHECK(run != NULL);
+  fill(run, 100000, 5);
+  unsigned char *grown = strata_realloc(run, 200000); /* 49 pages: 24 more */
+  CHECK(grown == run && strata_usable_size(grown) >= 200000 && same(grown, 100000, 5));
+  unsigned char *next = strata_malloc(100000, strata_next_to(grown)); /* hemmed in, if there */
+  fill(grown, 200000, 6);
+  for (size_t i = 0; i < ntried; i++) strata_free(tried[i]);
+  unsigned char *moved = strata_realloc(grown, 900000);
+  CHECK(moved && (moved != grown || next != grown + 49 * 4096) && same(moved, 200000, 6));
+  unsigned char *big = strata_malloc((size_t)6 << 20, strata_in_arena(ar));
+  fill(big, (size_t)6 << 20, 7);
+  for (size_t size = (size_t)9 << 20; size <= ((size_t)81 << 20); size = size * 3) {
+    big = strata_realloc(big, size);
+    CHECK(big && strata_usable_size(big) >= size && strata_arena_of(big) == ar);
+    CHECK(same(big, (size_t)6 << 20, 7));
+  }
+  CHECK(strata_stat("large_bytes") >= large_before + (81 << 20));
+  strata_free(big);
+  strata_free(moved);
+  strata_free(next);
+  CHECK(strata_stat("large_bytes") == large_before);
+  CHECK(strata_arena_destroy(ar) == 0);
+}
+
 static void test_calloc(void) {
   for (size_t n = 1; n < 5000000; n = n * 5 + 1) {
     unsigned char *p = strata_malloc(n, strata_default());
@@ -298,6 +337,7 @@ int main(void) {
   test_zero_and_huge();
   test_sizes_alignment();
   test_realloc();
+  test_realloc_grows_in_place();
   test_calloc();
   test_next_to();
   test_colour();

@@ -107,11 +107,15 @@ static void *worker(void *arg) {
       size_t got = ring_drain(mine, in);
       for (size_t i = 0; i < got; i++) check_free(in[i]);
     }
-    if ((r & 4095) == 0 && (x & 7) == 0) { /* grow/shrink a random live object */
+    if ((r & 1023) == 0 && (x & 7) == 0) { /* grow/shrink a random live object */
       size_t j = rnd(&seed) % SLOTS;
       if (slots[j].p && stamped(&slots[j])) {
-        size_t nn = rnd(&seed) % 50000;
+        /* mostly small; sometimes a run or a large object, which grow without copying */
+        size_t nn = rnd(&seed) % ((x & 24) == 24 ? (size_t)3 << 20 : 50000);
         unsigned char *q = strata_realloc(slots[j].p, nn);
+        size_t kept = nn < slots[j].n ? nn : slots[j].n;
+        for (size_t i = 0; q && i < kept; i += 61) /* the old contents came along */
+          if (i != slots[j].n - 1 && q[i] != (unsigned char)(slots[j].stamp + i)) { bad_stamps++; break; }
         if (q || nn == 0) {
           slots[j].p = q;
           slots[j].n = nn;

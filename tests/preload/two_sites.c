@@ -47,6 +47,12 @@ int main(int argc, char **argv) {
     CHECK(on_slow == 100);
     CHECK(on_fast == 100);
   }
+  /* realloc that grows an object in place (its run's next pages are free) keeps it where its
+   * site's directive put it; one that must copy makes a new object of realloc's own context */
+  unsigned char *grown = realloc(slow[99], 60000);
+  CHECK(grown && grown[0] == 1 && grown[19999] == 1);
+  if (grown == slow[99]) CHECK(arena_tier(arena_of(grown)) == (expect_rules ? last : -1));
+  slow[99] = grown;
   /* small objects (< STRATA_FAST_BELOW) always go to the fast tier, from either site */
   void *tiny = alloc_slow_site(24);
   CHECK(arena_tier(arena_of(tiny)) == 0);
