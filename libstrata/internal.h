@@ -79,7 +79,9 @@ typedef struct page_s {
   uint8_t cls;        /* size class, on every page of a span (head and tails), else 0 */
   uint8_t in_list;    /* PK_SPAN: on its central's partial list */
   uint8_t shared;     /* with cls: the shared arena index of the span */
-  uint32_t head;      /* PK_TAIL: page index of the span/run head */
+  uint16_t head;      /* PK_TAIL: page index of the span/run head */
+  uint8_t tagged;     /* span pages: the span's blocks may carry context tags (tag.c); read
+                       * by free on the page it lands on, so untagged spans cost one load */
   arena_t *arena;     /* owner (head pages) */
   struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
   union {
@@ -137,7 +139,7 @@ typedef enum option_id_e {
   OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
   OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT__COUNT
 } option_id_t;
-enum { UNWIND_FP = 0, UNWIND_DWARF = 1 };
+enum { UNWIND_CACHED = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
 const char *_strata_option_str(option_id_t id);  /* string options: NULL when unset */
 void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -340,6 +342,13 @@ void _strata_untrack(uint32_t first, const void *p);
 
 extern _Atomic bool _strata_contexts_on;
 uint32_t _strata_context_of(size_t size, void *ret, void *frame); /* 0 = none */
+/* unwind.c: the return addresses of the stack from `ret` (stack pointer `sp` and rbp as it
+ * returns there), at most `depth`, at least `ret` itself, reading nothing outside
+ * [sp, stack_hi); *n of them, *hash a hash of them. The array is this thread's, valid until
+ * its next call. */
+const uint64_t *_strata_unwind(uintptr_t ret, uintptr_t sp, uintptr_t rbp, uintptr_t stack_hi, int depth,
+                               int *n, uint64_t *hash);
+uint64_t _strata_hash_frames(const uint64_t *f, int n);
 void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
 void _strata_context_free(uint32_t idx, size_t usable);
 void _strata_context_grow(uint32_t idx, size_t bytes); /* an object grew in place */

@@ -53,9 +53,10 @@ static const option_t options[OPT__COUNT] = {
     [OPT_TRACK_MIN] = {"track_min", T_SIZE, 4096, "bytes",
                        "preload: from this size objects are page aligned and recorded (bkmalloc)",
                        NULL},
-    [OPT_UNWIND] = {"unwind", T_ENUM, UNWIND_FP, "mode",
-                    "preload: stack capture: fp (frame pointers, checked) or dwarf (libgcc)",
-                    "fp,dwarf"},
+    [OPT_UNWIND] = {"unwind", T_ENUM, UNWIND_CACHED, "mode",
+                    "preload: stack capture: cached (frame sizes learned from the unwind tables "
+                    "once per return address) or dwarf (libgcc's unwinder every time)",
+                    "cached,dwarf"},
     [OPT_DIRECTIVE] = {"directive", T_STRING, 0, "directive",
                        "preload: where allocations go that no rule or daemon places (default, fast, "
                        "slow, tier:N); a daemon may change it",

@@ -84,7 +84,7 @@ void _strata_free(void *p, bool untag) {
   }
   page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
   if (likely(pg->cls)) { /* a span page: straight to this thread's cache */
-    if (untag) {
+    if (untag && __atomic_load_n(&pg->tagged, __ATOMIC_RELAXED)) {
       page_t *head = pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg;
       uint16_t *tags = atomic_load_explicit(&head->u.span.tags, memory_order_acquire);
       if (tags) _strata_untag_block(head, tags, p);

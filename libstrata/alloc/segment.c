@@ -159,13 +159,14 @@ page_t *_strata_pages_alloc(int pool, size_t n, size_t align, const page_t *near
   for (size_t i = start; i < start + n; i++) {
     seg->free_map[i / 64] &= ~(1ull << (i % 64));
     seg->pages[i].kind = PK_TAIL;
-    seg->pages[i].head = (uint32_t)start;
+    seg->pages[i].head = (uint16_t)start;
+    seg->pages[i].tagged = 0;
   }
   seg->used_pages += (uint32_t)n;
   if (seg->used_pages == PAGES_PER_SEG && in_pool(seg)) list_remove(&pools[pool], seg);
   page_t *head = &seg->pages[start];
   memset(head, 0, sizeof *head);
-  head->head = (uint32_t)start;
+  head->head = (uint16_t)start;
   /* kind and extent under the lock, so the page map is whole whenever the lock is free */
   head->kind = (uint8_t)kind;
   if (kind == PK_SPAN) head->u.span.npages = (uint32_t)n;
@@ -212,7 +213,7 @@ bool _strata_run_extend(page_t *head, size_t n) {
     for (size_t i = start + old; i < start + n; i++) {
       seg->free_map[i / 64] &= ~(1ull << (i % 64));
       seg->pages[i].kind = PK_TAIL;
-      seg->pages[i].head = (uint32_t)start;
+      seg->pages[i].head = (uint16_t)start;
     }
     seg->used_pages += (uint32_t)(n - old);
     if (seg->used_pages == PAGES_PER_SEG && in_pool(seg)) list_remove(&pools[seg->pool], seg);

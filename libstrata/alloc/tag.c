@@ -13,6 +13,11 @@ static size_t block_index(page_t *span, const void *p) {
   return (size_t)((off * _strata_class_magic(span->cls)) >> 40);
 }
 
+/* every page of a span: its blocks may carry tags (page_t.tagged) */
+static void span_flag(page_t *span, uint8_t on) {
+  for (uint32_t i = 0; i < span->u.span.npages; i++) __atomic_store_n(&span[i].tagged, on, __ATOMIC_RELAXED);
+}
+
 static page_t *head_of(segment_t *seg, const void *p) {
   page_t *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> PAGE_SHIFT];
   return pg->kind == PK_TAIL ? &seg->pages[pg->head] : pg;
@@ -37,6 +42,9 @@ void _strata_tag(void *p, uint32_t ctx, uint32_t record) {
       size_t bytes = pg->u.span.capacity * sizeof(uint16_t);
       uint16_t *mine = _strata_meta_alloc(bytes), *none = NULL;
       if (!mine) return;
+      /* flagged before the array is published (the exchange releases), so whoever frees a
+       * block tagged from it sees the flag on the block's page */
+      span_flag(pg, 1);
       if (atomic_compare_exchange_strong(&pg->u.span.tags, &none, mine)) tags = mine;
       else {
         _strata_meta_free(mine, bytes);
@@ -111,6 +119,7 @@ void _strata_untag_block(page_t *span, uint16_t *tags, const void *p) {
 }
 
 void _strata_tags_release(page_t *span) {
+  span_flag(span, 0);
   uint16_t *tags = atomic_exchange(&span->u.span.tags, NULL);
   if (tags) _strata_meta_free(tags, span->u.span.capacity * sizeof(uint16_t));
 }

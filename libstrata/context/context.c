@@ -3,12 +3,11 @@
  * (channel/channel.c) where a daemon can read and steer them.
  *
  * Capturing the call stack never allocates:
- *   fp    (default) walks frame pointers, checking every frame lies inside this thread's
- *         stack and every return address inside an executable mapping, so code built
- *         without frame pointers cannot crash it: there the walk stops early, and the
- *         context is the call site plus the frames that validate. About 2-4 ns a frame.
- *   dwarf libgcc's unwinder (_Unwind_Backtrace, what backtrace(3) uses): exact with any
- *         compiler flags, about 1 us per frame. STRATA_UNWIND=dwarf.
+ *   cached (default) follows the unwind tables' rule for each return address, read once and
+ *         kept (unwind.c): exact callers in code built without frame pointers, a few ns a
+ *         frame once warm.
+ *   dwarf libgcc's unwinder on every capture: the reference, about 1 us per frame.
+ *         STRATA_UNWIND=dwarf.
  * Anything libc allocates while we look up stack bounds or symbols comes back into malloc
  * with this thread's capture guard set, and takes the plain default path. */
 #include "internal.h"
@@ -28,17 +27,14 @@ static __thread bool in_capture __attribute__((tls_model("initial-exec")));
 static __thread uintptr_t stack_hi __attribute__((tls_model("initial-exec")));
 static __thread bool stack_known __attribute__((tls_model("initial-exec")));
 
-/* executable mappings, read once from /proc/self/maps: where return addresses may point */
-#define MAX_TEXT 256
-static uintptr_t text_lo[MAX_TEXT], text_hi[MAX_TEXT];
-static int ntext;
 static uintptr_t main_stack_hi; /* end of the [stack] mapping */
 static int capture_depth = STRATA_CONTEXT_FRAMES;
 static bool capture_dwarf;
 
 /* ---- capture ----------------------------------------------------------------------------- */
 
-static void read_text_ranges(void) {
+/* The end of the main thread's stack, from the [stack] line of /proc/self/maps. */
+static void read_main_stack(void) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   char buf[8192], line[512];
@@ -53,23 +49,12 @@ static void read_text_ranges(void) {
       line[ll] = 0;
       ll = 0;
       unsigned long lo, hi;
-      char perm[8];
-      if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perm) != 3) continue;
-      if (perm[2] == 'x' && ntext < MAX_TEXT) {
-        text_lo[ntext] = lo;
-        text_hi[ntext++] = hi;
-      }
       size_t len = strlen(line);
-      if (len >= 7 && !strcmp(line + len - 7, "[stack]")) main_stack_hi = hi;
+      if (len >= 7 && !strcmp(line + len - 7, "[stack]") && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+        main_stack_hi = hi;
     }
   }
   close(fd);
-}
-
-static bool is_text(uintptr_t a) {
-  for (int i = 0; i < ntext; i++)
-    if (a >= text_lo[i] && a < text_hi[i]) return true;
-  return false;
 }
 
 /* The top of this thread's stack, without locks or allocation (this runs inside malloc,
@@ -82,24 +67,6 @@ static void learn_stack(void) {
   uintptr_t here = (uintptr_t)__builtin_frame_address(0);
   uintptr_t hi = syscall(SYS_gettid) == getpid() ? main_stack_hi : (uintptr_t)pthread_self();
   stack_hi = hi > here ? hi : 0;
-}
-
-/* Callers' frames lie between our own frame and the top of the stack, and all of that is
- * mapped: a frame pointer outside it is not one (code built without frame pointers keeps
- * anything in rbp), and the walk stops there. The stack's low end is not used: with an
- * unlimited stack rlimit glibc reports it near 0 for the main thread. */
-static int capture_fp(void *frame, uint64_t *out, int depth) {
-  int n = 0;
-  uintptr_t fp = (uintptr_t)frame, lo = (uintptr_t)__builtin_frame_address(0);
-  while (n < depth) {
-    if (fp < lo || stack_hi < 16 || fp > stack_hi - 16 || (fp & 7)) break; /* no wrap-around */
-    uintptr_t next = ((uintptr_t *)fp)[0], ret = ((uintptr_t *)fp)[1];
-    if (!is_text(ret)) break;
-    out[n++] = ret;
-    if (next <= fp) break; /* frames grow upwards as we go out */
-    fp = next;
-  }
-  return n;
 }
 
 typedef struct { uint64_t *out; int n, depth, skip; } unwind_state_t;
@@ -116,34 +83,35 @@ static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *c, void *arg) {
   return s->n < s->depth ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-static uint64_t hash_frames(const uint64_t *f, int n, size_t cls) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ cls;
-  for (int i = 0; i < n; i++) {
-    h ^= f[i];
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-  }
-  return h ? h : 1;
-}
-
 /* The context index of an allocation of `size` called from `ret` (the caller of the
  * malloc-family function) with `frame` that function's frame; 0 = none. */
 uint32_t _strata_context_of(size_t size, void *ret, void *frame) {
   if (in_capture) return 0;
   in_capture = true;
-  uint64_t f[STRATA_CONTEXT_FRAMES];
+  uint64_t dwarf[STRATA_CONTEXT_FRAMES], stack_hash, only_ret = (uint64_t)(uintptr_t)ret;
+  const uint64_t *f = dwarf;
   int depth = capture_depth, n;
   if (capture_dwarf) {
-    unwind_state_t s = {f, 0, depth, 2}; /* skip this function and the interposer */
+    unwind_state_t s = {dwarf, 0, depth, 2}; /* skip this function and the interposer */
     _Unwind_Backtrace(unwind_cb, &s);
     n = s.n;
+    stack_hash = _strata_hash_frames(dwarf, n);
   } else {
     if (!stack_known) learn_stack();
-    f[0] = (uint64_t)(uintptr_t)ret;
-    n = 1 + capture_fp(((void **)frame)[0], f + 1, depth - 1);
+    if (stack_hi) {
+      /* the interposer keeps a frame pointer: the caller's rbp at frame, its return address at
+       * frame + 8, so the caller's stack pointer is frame + 16 */
+      uintptr_t fp = (uintptr_t)frame;
+      f = _strata_unwind((uintptr_t)ret, fp + 16, ((uintptr_t *)fp)[0], stack_hi, depth, &n, &stack_hash);
+    } else { /* a stack we do not know the top of: the call site alone */
+      f = &only_ret;
+      n = 1;
+      stack_hash = _strata_hash_frames(f, n);
+    }
   }
   size_t cls = size <= SMALL_MAX ? _strata_class_of(size) : 0;
-  uint64_t id = hash_frames(f, n, cls ? cls : 64 - (size_t)__builtin_clzl(size));
+  uint64_t id = stack_hash ^ (cls ? cls : 64 - (size_t)__builtin_clzl(size)) * 0xD6E8FEB86659FD93ull;
+  id = id ? id : 1;
   bool created = false;
   uint32_t idx = _strata_channel_context(id, &created);
   strata_context_t *c = created ? _strata_context(idx) : NULL;
@@ -235,7 +203,7 @@ void _strata_contexts_start(void) {
   int64_t d = _strata_option(OPT_CONTEXT_DEPTH);
   capture_depth = d < 1 ? 1 : d > STRATA_CONTEXT_FRAMES ? STRATA_CONTEXT_FRAMES : (int)d;
   capture_dwarf = _strata_option(OPT_UNWIND) == UNWIND_DWARF;
-  read_text_ranges();
+  read_main_stack();
   atomic_store(&_strata_contexts_on, true);
 }
 

@@ -11,8 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((noinline)) void *alloc_slow_site(size_t n) { void *p = malloc(n); __asm__ volatile("" ::: "memory"); return p; }
-__attribute__((noinline)) void *alloc_fast_site(size_t n) { void *p = malloc(n); __asm__ volatile("" ::: "memory"); return p; }
+/* Both sites allocate through the same two layers, as real programs do (redis's zmalloc),
+ * and the file is built without frame pointers. A site's frame has alloca, so its size is
+ * known only from rbp; the layers do not touch rbp, so a frame-pointer walk would go from the
+ * inner layer straight to main. The rule for alloc_slow_site matches only if the capture
+ * follows each frame's own rule from the unwind tables. */
+__attribute__((noinline)) void *inner(size_t n) {
+  void *p = malloc(n);
+  if (!p) abort();
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+__attribute__((noinline)) void *wrapper(size_t n) {
+  void *p = inner(n);
+  __asm__ volatile("" ::: "memory");
+  return p;
+}
+#define SITE(name)                                                                                 \
+  __attribute__((noinline)) void *name(size_t n) {                                                 \
+    volatile char *v = __builtin_alloca(16 + n % 64);                                              \
+    v[0] = 0;                                                                                      \
+    void *p = wrapper(n + (size_t)v[0]);                                                           \
+    __asm__ volatile("" ::: "memory");                                                             \
+    return p;                                                                                      \
+  }
+SITE(alloc_slow_site)
+SITE(alloc_fast_site)
 
 int main(int argc, char **argv) {
   int expect_rules = argc > 1 && !strcmp(argv[1], "--with-rules");

@@ -17,10 +17,8 @@
 //!   prodcons   one thread allocates, the other frees (every free is cross-thread)
 //!   mixed-1t   one thread, sizes 16 B..64 KiB (log-uniform), batches of 16
 //! The allocators take turns round by round; the table shows medians and ratios to glibc.
-//! `--program` also runs a real allocation-heavy program (perl building a large hash) plain,
-//! under Strata without contexts, and with contexts: wall time (noisy here: +-20 % between
-//! identical runs), and instructions counted by valgrind's callgrind (repeatable), which is
-//! the figure the context-tracking overhead is judged by.
+//! `--program` also runs real allocation-heavy programs (programs.rs) plain, under Strata
+//! without contexts, and with contexts.
 use std::collections::BTreeMap;
 use std::ffi::{c_void, CString};
 
@@ -35,6 +33,7 @@ use strata_util::{find_built, median, Progress};
 
 use strata_util::io;
 
+use crate::programs::{self, ProgramResult};
 use crate::{ensure, failed, Error};
 
 #[derive(clap::Args, Clone, Debug)]
@@ -52,7 +51,8 @@ pub struct Options {
     /// glibc, jemalloc, mimalloc
     #[arg(long, value_delimiter = ',')]
     pub allocators: Vec<String>,
-    /// Also time a real program (perl) plain and under transparent mode, contexts off and on
+    /// Also run real programs (perl, python, redis-server under redis-benchmark) plain and under
+    /// transparent mode, contexts off and on: wall time and callgrind instruction counts
     #[arg(long)]
     pub program: bool,
     /// Internal: measure the system malloc once and print its rate (the preloaded child)
@@ -255,22 +255,6 @@ pub struct Row {
     pub rounds: usize,
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct ProgramResult {
-    pub command: String,
-    pub rounds: usize,
-    /// median wall seconds per configuration (noisy on shared machines)
-    pub seconds: BTreeMap<String, f64>,
-    /// instructions per configuration, counted by callgrind on a smaller run (repeatable);
-    /// empty when valgrind is not installed
-    pub instructions: BTreeMap<String, u64>,
-    pub instructions_command: String,
-    /// (contexts on) / (contexts off) - 1 in instructions (wall time when no valgrind)
-    pub context_overhead: f64,
-    /// (strata, contexts on) / glibc - 1, same measure
-    pub vs_glibc: f64,
-}
-
 /// The benchmark's figures (`--json`).
 #[derive(Serialize, Deserialize)]
 pub struct Report {
@@ -280,83 +264,9 @@ pub struct Report {
     /// allocator ops_per_sec / glibc ops_per_sec, per benchmark then allocator
     pub ratios: BTreeMap<String, BTreeMap<String, f64>>,
     pub skipped: Vec<String>,
-    pub program: Option<ProgramResult>,
-}
-
-fn perl_program(keys: u32) -> String {
-    format!(
-        "my %h; for my $i (1..{keys}) {{ $h{{\"k$i\"}} = \"v\" x ($i % 97) }} \
-         my $s = 0; $s += length($h{{$_}}) for keys %h; my @a = sort keys %h; print \"$s\\n\""
-    )
-}
-
-type Env = Vec<(&'static str, String)>;
-
-fn time_program(script: &str, env: &Env) -> Result<f64, Error> {
-    let t = Instant::now();
-    let st = Command::new("perl")
-        .args(["-e", script])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .map_err(io("running perl"))?;
-    if !st.status.success() {
-        return Err(failed(format!("perl failed: {}", String::from_utf8_lossy(&st.stderr))));
-    }
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// Instructions the program executes, from callgrind; None without valgrind.
-fn count_instructions(script: &str, env: &Env) -> Result<Option<u64>, Error> {
-    let out = match Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null", "perl", "-e", script])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-    {
-        Ok(o) => o,
-        Err(_) => return Ok(None),
-    };
-    let err = String::from_utf8_lossy(&out.stderr);
-    let n =
-        err.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().replace(',', "").parse().ok());
-    if n.is_none() {
-        return Err(failed(format!("callgrind gave no count: {err}")));
-    }
-    Ok(n)
-}
-
-fn program(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<ProgramResult, Error> {
-    let configs: [(&'static str, Env); 3] = [
-        ("glibc", vec![]),
-        ("strata-contexts-off", vec![("LD_PRELOAD", lib.to_string()), ("STRATA_CONTEXTS", "0".into())]),
-        ("strata-contexts-on", vec![("LD_PRELOAD", lib.to_string()), ("STRATA_CONTEXTS", "1".into())]),
-    ];
-    let big = perl_program(400_000);
-    let small = perl_program(60_000);
-    let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in 0..rounds {
-        say(&format!("program round {}/{}", r + 1, rounds));
-        for (name, env) in &configs {
-            times.entry(name.to_string()).or_default().push(time_program(&big, env)?);
-        }
-    }
-    let mut instructions = BTreeMap::new();
-    for (name, env) in &configs {
-        say(&format!("counting instructions with callgrind: {name}"));
-        if let Some(n) = count_instructions(&small, env)? {
-            instructions.insert(name.to_string(), n);
-        }
-    }
-    let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
-    let measure = |k: &str| instructions.get(k).map(|n| *n as f64).unwrap_or(seconds[k]);
-    Ok(ProgramResult {
-        command: format!("perl -e '{big}'"),
-        rounds,
-        context_overhead: measure("strata-contexts-on") / measure("strata-contexts-off") - 1.0,
-        vs_glibc: measure("strata-contexts-on") / measure("glibc") - 1.0,
-        seconds,
-        instructions_command: format!("valgrind --tool=callgrind perl -e '{small}'"),
-        instructions,
-    })
+    /// `--program`: whole programs (perl, python, redis) with and without contexts
+    #[serde(default)]
+    pub programs: Vec<ProgramResult>,
 }
 
 /// The preloaded child's measurement: one benchmark with the system malloc, which in the
@@ -429,13 +339,14 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             ratios.entry(b.0.into()).or_default().insert(name.clone(), v / g);
         }
     }
-    let program = if a.program {
-        let l = lib?;
-        Some(program(&l.display().to_string(), a.rounds, &say)?)
+    let programs = if a.program {
+        let (programs, missing) = programs::measure(&lib?.display().to_string(), a.rounds, &say)?;
+        skipped.extend(missing);
+        programs
     } else {
-        None
+        Vec::new()
     };
-    Ok(Report { machine: "native".into(), ops_per_run: a.ops, results, ratios, skipped, program })
+    Ok(Report { machine: "native".into(), ops_per_run: a.ops, results, ratios, skipped, programs })
 }
 
 impl Report {
@@ -471,30 +382,8 @@ impl Report {
             }
             s += "\n";
         }
-        if let Some(p) = &report.program {
-            s += &format!(
-            "\nWhole program: perl building a 400,000-key hash; wall seconds, median of {} runs (noisy):\n  glibc {:.3}, strata contexts off {:.3}, contexts on {:.3}\n",
-            p.rounds, p.seconds["glibc"], p.seconds["strata-contexts-off"], p.seconds["strata-contexts-on"]
-        );
-            if let (Some(g), Some(off), Some(on)) = (
-                p.instructions.get("glibc"),
-                p.instructions.get("strata-contexts-off"),
-                p.instructions.get("strata-contexts-on"),
-            ) {
-                s += &format!(
-                    "Instructions (callgrind, 60,000 keys): glibc {g}, strata contexts off {off}, contexts on {on}\n"
-                );
-            }
-            s += &format!(
-                "Context tracking costs {:+.1} %; strata with contexts vs glibc {:+.1} % ({})\n",
-                p.context_overhead * 100.0,
-                p.vs_glibc * 100.0,
-                if p.instructions.is_empty() {
-                    "wall time: install valgrind for instruction counts"
-                } else {
-                    "instructions"
-                }
-            );
+        if !report.programs.is_empty() {
+            s += &programs::table(&report.programs);
         }
         s
     }

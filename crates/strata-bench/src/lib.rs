@@ -17,6 +17,7 @@
 pub mod alloc;
 pub mod locality;
 pub mod plot;
+pub mod programs;
 pub mod results;
 pub mod summary;
 pub mod tiering;

@@ -87,12 +87,13 @@ fn alloc_table(s: &mut String, r: &alloc::Report) {
         let _ = writeln!(s, "| {bench} | {} |", cells.join(" | "));
     }
     let _ = writeln!(s, "\nM malloc+free pairs per second (ratio to glibc), median of rounds.");
-    if let Some(p) = &r.program {
+    for p in &r.programs {
         let _ = writeln!(
             s,
-            "Whole program (perl): context tracking costs {:+.1} %, Strata with contexts vs glibc {:+.1} %.",
-            p.context_overhead * 100.0,
-            p.vs_glibc * 100.0
+            "Whole program ({}): Strata with contexts vs glibc {:+.1} %, context tracking {:+.1} % (instructions).",
+            p.name,
+            p.vs_glibc * 100.0,
+            p.context_overhead * 100.0
         );
     }
     s.push('\n');

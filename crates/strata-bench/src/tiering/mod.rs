@@ -30,13 +30,14 @@ pub const DEFAULT_PRESET: &str = "m2t-4m";
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
-    /// Workloads (cold-first, phase, gups-hot, gups-hot-ro, ycsb-c, ycsb-a, pagerank) [default:
-    /// all]
+    /// Workloads (cold-first, phase, gups-hot, gups-hot-ro, ycsb-c, ycsb-a, pagerank,
+    /// multi-site) [default: all]
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Policies: first-touch (nothing moves), tpp (the emulated kernel mode), and the engine's:
-    /// ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc
-    #[arg(long, value_delimiter = ',', default_value = "first-touch,tpp,ambix,mat:apb,hmalloc")]
+    /// ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first (with
+    /// --preset dram-first), strata
+    #[arg(long, value_delimiter = ',', default_value = "first-touch,tpp,ambix,mat:apb,hmalloc,strata")]
     pub policies: Vec<String>,
     /// The workloads' allocator: strata (transparent mode, LD_PRELOAD=libstrata.so, so that
     /// object and context policies see objects and contexts) or glibc

@@ -1,0 +1,279 @@
+//! The whole-program cost of transparent mode (`strata bench alloc --program`): real,
+//! allocation-heavy programs run plain (glibc), under Strata without contexts, and under
+//! Strata with contexts (the configuration the context policies need).
+//!
+//! Programs: perl building a large hash, python building and parsing a JSON document, and
+//! Debian's `redis-server` under `redis-benchmark` (the server is what is measured: started
+//! under each configuration, driven by a fixed number of requests, then shut down).
+//!
+//! Two measures: wall time (median of rounds; noisy on shared machines, +-20 % between
+//! identical runs here) and instructions counted by valgrind's callgrind on a smaller run
+//! (repeatable to a few parts in a million), which is the figure overheads are judged by.
+//! A program whose executable is missing is skipped and named in the report.
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use strata_util::{io, median};
+
+use crate::{failed, Error};
+
+/// The three configurations, in the order they run.
+pub const CONFIGS: [&str; 3] = ["glibc", "strata-contexts-off", "strata-contexts-on"];
+
+#[derive(Serialize, Deserialize)]
+pub struct ProgramResult {
+    /// perl, python or redis
+    pub name: String,
+    /// what was timed
+    pub command: String,
+    pub rounds: usize,
+    /// median wall seconds per configuration (noisy on shared machines)
+    pub seconds: BTreeMap<String, f64>,
+    /// instructions per configuration, counted by callgrind on a smaller run (repeatable);
+    /// empty when valgrind is not installed
+    pub instructions: BTreeMap<String, u64>,
+    pub instructions_command: String,
+    /// (contexts on) / (contexts off) - 1 in instructions (wall time when no valgrind)
+    pub context_overhead: f64,
+    /// (strata, contexts on) / glibc - 1, same measure
+    pub vs_glibc: f64,
+}
+
+type Env = Vec<(&'static str, String)>;
+
+fn env_of(config: &str, lib: &str) -> Env {
+    match config {
+        "glibc" => vec![],
+        "strata-contexts-off" => vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", "0".into())],
+        _ => vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", "1".into())],
+    }
+}
+
+/// A program: how to run it at a size (`big` for timing, small under callgrind).
+enum Program {
+    /// an interpreter and its arguments
+    Script { exe: &'static str, big: Vec<String>, small: Vec<String> },
+    /// redis-server driven by redis-benchmark with this many requests per test (big, small)
+    Redis { big: u32, small: u32 },
+}
+
+fn perl_script(keys: u32) -> String {
+    format!(
+        "my %h; for my $i (1..{keys}) {{ $h{{\"k$i\"}} = \"v\" x ($i % 97) }} \
+         my $s = 0; $s += length($h{{$_}}) for keys %h; my @a = sort keys %h; print \"$s\\n\""
+    )
+}
+
+fn python_script(items: u32) -> String {
+    format!(
+        "import json\n\
+         d = [{{'id': i, 'name': 'item%d' % i, 'tags': ['a', 'b', str(i)], 'v': i * 1.5, 'text': 'x' * (i % 300)}} for i in range({items})]\n\
+         s = json.dumps(d)\n\
+         back = json.loads(s)\n\
+         parts = [json.dumps(x) for x in back]\n\
+         print(len(s), len(back), sum(map(len, parts)))\n"
+    )
+}
+
+const REDIS_TESTS: &str = "set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,lrange_100,mset";
+
+fn programs() -> Vec<(&'static str, Program)> {
+    let script = |exe, flag: &str, big: String, small: String| Program::Script {
+        exe,
+        big: vec![flag.into(), big],
+        small: vec![flag.into(), small],
+    };
+    vec![
+        ("perl", script("perl", "-e", perl_script(400_000), perl_script(60_000))),
+        ("python", script("python3", "-c", python_script(200_000), python_script(20_000))),
+        ("redis", Program::Redis { big: 100_000, small: 5_000 }),
+    ]
+}
+
+fn exists(exe: &str) -> bool {
+    Command::new(exe).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
+
+fn describe(p: &Program, big: bool) -> String {
+    match p {
+        Program::Script { exe, big: b, small: s } => {
+            let args = if big { b } else { s };
+            format!("{exe} {} '{}'", args[0], args[1])
+        }
+        Program::Redis { big: b, small: s } => format!(
+            "redis-server --port P --save '' --appendonly no, driven by redis-benchmark -p P -q -n {} -t {REDIS_TESTS}",
+            if big { b } else { s }
+        ),
+    }
+}
+
+/// Run once; returns wall seconds and, when `callgrind`, the instructions it counted.
+fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, Option<u64>), Error> {
+    let valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"];
+    let command = |exe: &str| {
+        let mut c = if callgrind {
+            let mut c = Command::new(valgrind[0]);
+            c.args(&valgrind[1..]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        c.envs(env.iter().map(|(k, v)| (k, v)));
+        c
+    };
+    let t = Instant::now();
+    let stderr = match p {
+        Program::Script { exe, big: b, small: s } => {
+            let out = command(exe)
+                .args(if big { b } else { s })
+                .stdout(Stdio::null())
+                .output()
+                .map_err(io(&format!("running {exe}")))?;
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !out.status.success() {
+                return Err(failed(format!("{exe} failed: {err}")));
+            }
+            err
+        }
+        Program::Redis { big: b, small: s } => {
+            let port = free_port()?;
+            let mut server = command("redis-server")
+                .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(io("starting redis-server"))?;
+            let driven = drive_redis(&mut server, port, if big { *b } else { *s });
+            let _ = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "shutdown", "nosave"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let status = server.wait().map_err(io("waiting for redis-server"))?;
+            let mut err = String::new();
+            if let Some(mut e) = server.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            driven?;
+            if !status.success() {
+                return Err(failed(format!("redis-server failed ({status}): {err}")));
+            }
+            err
+        }
+    };
+    let seconds = t.elapsed().as_secs_f64();
+    if !callgrind {
+        return Ok((seconds, None));
+    }
+    let n =
+        stderr.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().replace(',', "").parse().ok());
+    match n {
+        Some(n) => Ok((seconds, Some(n))),
+        None => Err(failed(format!("callgrind gave no count: {stderr}"))),
+    }
+}
+
+fn free_port() -> Result<u16, Error> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(io("finding a free port"))?;
+    Ok(l.local_addr().map_err(io("finding a free port"))?.port())
+}
+
+/// Wait until the server accepts connections (it may run under valgrind: up to a minute),
+/// then run the benchmark client against it.
+fn drive_redis(server: &mut Child, port: u16, requests: u32) -> Result<(), Error> {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = server.try_wait() {
+            return Err(failed(format!("redis-server exited at start ({status})")));
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(failed("redis-server did not accept connections within 60 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-q", "-n", &requests.to_string(), "-t", REDIS_TESTS])
+        .output()
+        .map_err(io("running redis-benchmark"))?;
+    if !out.status.success() {
+        return Err(failed(format!("redis-benchmark failed: {}", String::from_utf8_lossy(&out.stderr))));
+    }
+    Ok(())
+}
+
+/// Every program that is installed, each configuration `rounds` times (taking turns), then
+/// once under callgrind. Returns the results and the programs skipped (with why).
+pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<ProgramResult>, Vec<String>), Error> {
+    let have_valgrind = exists("valgrind");
+    let mut results = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, p) in programs() {
+        let exes: &[&str] = match &p {
+            Program::Script { exe, .. } => &[exe],
+            Program::Redis { .. } => &["redis-server", "redis-benchmark", "redis-cli"],
+        };
+        if let Some(missing) = exes.iter().find(|e| !exists(e)) {
+            skipped.push(format!("program {name}: {missing} is not installed"));
+            continue;
+        }
+        let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in 0..rounds {
+            say(&format!("{name}: round {}/{rounds}", r + 1));
+            for c in CONFIGS {
+                times.entry(c.to_string()).or_default().push(run_once(&p, &env_of(c, lib), true, false)?.0);
+            }
+        }
+        let mut instructions = BTreeMap::new();
+        for c in CONFIGS.iter().filter(|_| have_valgrind) {
+            say(&format!("{name}: counting instructions with callgrind ({c})"));
+            if let (_, Some(n)) = run_once(&p, &env_of(c, lib), false, true)? {
+                instructions.insert(c.to_string(), n);
+            }
+        }
+        let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
+        let measure = |k: &str| instructions.get(k).map(|n| *n as f64).unwrap_or(seconds[k]);
+        results.push(ProgramResult {
+            name: name.into(),
+            command: describe(&p, true),
+            rounds,
+            context_overhead: measure("strata-contexts-on") / measure("strata-contexts-off") - 1.0,
+            vs_glibc: measure("strata-contexts-on") / measure("glibc") - 1.0,
+            seconds,
+            instructions_command: format!("valgrind --tool=callgrind {}", describe(&p, false)),
+            instructions,
+        });
+    }
+    Ok((results, skipped))
+}
+
+/// The human table: one line per program.
+pub fn table(results: &[ProgramResult]) -> String {
+    let mut s = String::from(
+        "\nWhole programs, contexts on vs glibc and vs contexts off (instructions, callgrind; wall seconds are noisy):\n",
+    );
+    s += &format!(
+        "{:<8} {:>14} {:>14} {:>14} {:>9} {:>9} {:>8} {:>8} {:>8}\n",
+        "program", "glibc", "strata", "strata+ctx", "vs glibc", "contexts", "glibc s", "strata s", "+ctx s"
+    );
+    for p in results {
+        let i = |k: &str| p.instructions.get(k).map_or("-".to_string(), |n| n.to_string());
+        let t = |k: &str| p.seconds.get(k).map_or(f64::NAN, |v| *v);
+        s += &format!(
+            "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3}\n",
+            p.name,
+            i(CONFIGS[0]),
+            i(CONFIGS[1]),
+            i(CONFIGS[2]),
+            p.vs_glibc * 100.0,
+            p.context_overhead * 100.0,
+            t(CONFIGS[0]),
+            t(CONFIGS[1]),
+            t(CONFIGS[2])
+        );
+    }
+    s
+}
