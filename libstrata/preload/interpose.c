@@ -26,18 +26,23 @@ static size_t fast_below, context_min, track_min; /* set by the constructor */
 
 /* The one allocation path of transparent mode. `ret`/`frame` are the interposed function's
  * return address and frame (these helpers are inlined into it). */
+/* From a shared arena (every directive's arena is one): a small block straight from this
+ * thread's cache. */
+HOT_PATH void *shared_alloc(arena_t *a, size_t size, size_t align) {
+  if (likely(align <= GRANULE && size <= SMALL_MAX)) {
+    size_t cls = _strata_class_of(size);
+    void *p = _strata_tcache_pop((size_t)a->shared, cls);
+    return p ? p : _strata_span_alloc(a, cls);
+  }
+  return _strata_arena_alloc(a, size, align, NULL);
+}
+
 HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   void *p;
   if (!atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed) || size < context_min ||
       _strata_in_capture()) {
     arena_t *a = size < fast_below ? _strata_shared(1) : _strata_directive_arena(STRATA_DIRECTIVE_DEFAULT);
-    if (likely(align <= GRANULE && size <= SMALL_MAX)) {
-      size_t cls = _strata_class_of(size);
-      p = _strata_tcache_pop((size_t)a->shared, cls);
-      if (!p) p = _strata_span_alloc(a, cls);
-    } else {
-      p = _strata_arena_alloc(a, size, align, NULL);
-    }
+    p = shared_alloc(a, size, align);
     if (unlikely(!p)) errno = ENOMEM;
     return p;
   }
@@ -45,7 +50,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   strata_context_t *c = _strata_context(idx);
   arena_t *a = _strata_directive_arena(c ? __atomic_load_n(&c->directive, __ATOMIC_RELAXED) : 0);
   bool track = idx && size >= track_min;
-  p = track ? _strata_arena_alloc_pages(a, size, align) : _strata_arena_alloc(a, size, align, NULL);
+  p = track ? _strata_arena_alloc_pages(a, size, align) : shared_alloc(a, size, align);
   if (unlikely(!p)) {
     errno = ENOMEM;
     return NULL;

@@ -56,7 +56,7 @@ fn env_of(config: &str, lib: &str) -> Env {
 /// A program: how to run it at a size (`big` for timing, small under callgrind).
 enum Program {
     /// an interpreter and its arguments
-    Script { exe: &'static str, big: Vec<String>, small: Vec<String> },
+    Script { exe: String, big: Vec<String>, small: Vec<String> },
     /// redis-server driven by redis-benchmark with this many requests per test (big, small)
     Redis { big: u32, small: u32 },
 }
@@ -81,15 +81,31 @@ fn python_script(items: u32) -> String {
 
 const REDIS_TESTS: &str = "set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,lrange_100,mset";
 
+/// The interpreter itself, not a wrapper script in front of it (pyenv's shims are shell
+/// scripts: callgrind would count the shell): what it reports as its own executable.
+fn interpreter(exe: &str, flag: &str, ask: &str) -> String {
+    Command::new(exe)
+        .args([flag, ask])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| exe.to_string())
+}
+
 fn programs() -> Vec<(&'static str, Program)> {
-    let script = |exe, flag: &str, big: String, small: String| Program::Script {
+    let script = |exe: String, flag: &str, big: String, small: String| Program::Script {
         exe,
         big: vec![flag.into(), big],
         small: vec![flag.into(), small],
     };
+    let perl = interpreter("perl", "-e", "print $^X");
+    let python = interpreter("python3", "-c", "import sys; print(sys.executable)");
     vec![
-        ("perl", script("perl", "-e", perl_script(400_000), perl_script(60_000))),
-        ("python", script("python3", "-c", python_script(200_000), python_script(20_000))),
+        ("perl", script(perl, "-e", perl_script(400_000), perl_script(60_000))),
+        ("python", script(python, "-c", python_script(200_000), python_script(20_000))),
         ("redis", Program::Redis { big: 100_000, small: 5_000 }),
     ]
 }
@@ -213,7 +229,7 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
     let mut skipped = Vec::new();
     for (name, p) in programs() {
         let exes: &[&str] = match &p {
-            Program::Script { exe, .. } => &[exe],
+            Program::Script { exe, .. } => &[exe.as_str()],
             Program::Redis { .. } => &["redis-server", "redis-benchmark", "redis-cli"],
         };
         if let Some(missing) = exes.iter().find(|e| !exists(e)) {
