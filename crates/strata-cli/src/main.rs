@@ -4,6 +4,7 @@
 //! output pipe (`strata topo | head -1`) ends the command quietly with 0.
 mod bench;
 mod config;
+mod daemon;
 mod emu;
 mod kv;
 mod output;
@@ -31,7 +32,8 @@ Examples:
                                    run it on emulated tiers; report caches, TLBs, migrations
   strata emu settings              every emulator setting and preset
   strata emu validate              the emulator vs cachegrind and vs native runs
-  strata bench summary             the saved runs in bench/results, as tables";
+  strata bench summary             the saved runs in bench/results, as tables
+  strata daemon --probe            the access trackers this kernel and hardware offer";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
@@ -61,6 +63,8 @@ enum Command {
     /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
     #[command(subcommand)]
     Vm(vm::Command),
+    /// The live tiering daemon; so far `--probe`: the trackers this machine offers
+    Daemon(daemon::Args),
 }
 
 fn main() {
@@ -72,6 +76,7 @@ fn main() {
         Command::Kv(k) => kv::run(k),
         Command::Vm(v) => vm::run(v),
         Command::Emu(e) => emu::run(e),
+        Command::Daemon(a) => daemon::run(a).map(|()| 0),
     });
     match result {
         Ok(code) => std::process::exit(code),

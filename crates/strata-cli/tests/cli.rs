@@ -417,3 +417,17 @@ fn ycsb_bench_over_the_network_against_strata_kv_redis_and_memcached() {
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[test]
+fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_says_it_is_not_built() {
+    let v = json(&["daemon", "--probe", "--json"]);
+    let trackers = v.as_array().unwrap();
+    let names: Vec<&str> = trackers.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["perf-mem", "damon-vaddr", "idle-page", "pagemap-scan", "soft-dirty", "hint-fault"]);
+    for t in trackers {
+        assert!(t["available"].is_boolean() && !t["reason"].as_str().unwrap().is_empty(), "{t}");
+    }
+    let (code, _, err) = strata(&["daemon"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not built yet") && err.contains("--probe"), "{err}");
+}

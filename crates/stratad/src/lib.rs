@@ -18,6 +18,7 @@ pub mod emulated;
 mod engine;
 mod machine;
 mod mover;
+pub mod probe;
 mod stats;
 
 pub use config::Config;

@@ -1,0 +1,284 @@
+//! What a daemon can observe on this machine (`strata daemon --probe`): each way of tracking a
+//! process's accesses, whether the kernel and hardware here offer it, and why not.
+//!
+//! Every probe is tried for real on this process's own memory (a soft-dirty bit set by a
+//! write, a written page found by `PAGEMAP_SCAN`), not inferred from the kernel version. None
+//! changes anything outside this process: DAMON is only read (a context the daemon did not
+//! create is never reconfigured), and `perf_event_open` counts this process only.
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// One tracker and its verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct Tracker {
+    pub name: &'static str,
+    /// what it observes
+    pub sees: &'static str,
+    pub available: bool,
+    /// how it was found available, or why it is not
+    pub reason: String,
+}
+
+/// Every tracker, in the order a daemon prefers them.
+pub fn probe() -> Vec<Tracker> {
+    let t = |name, sees, r: Result<String, String>| Tracker {
+        name,
+        sees,
+        available: r.is_ok(),
+        reason: r.unwrap_or_else(|e| e),
+    };
+    vec![
+        t("perf-mem", "sampled loads and stores with addresses (reads and writes)", perf_mem()),
+        t("damon-vaddr", "accessed regions of a process (reads and writes, sampled)", damon_vaddr()),
+        t("idle-page", "pages accessed since marked idle (reads and writes)", idle_page()),
+        t("pagemap-scan", "pages written since the last scan (writes only)", pagemap_scan()),
+        t("soft-dirty", "pages written since the bits were cleared (writes only)", soft_dirty()),
+        t("hint-fault", "first access to sampled pages made inaccessible (reads and writes)", hint_fault()),
+    ]
+}
+
+/// A page of this process's own, mapped and touched; unmapped on drop.
+struct Page(*mut u8);
+
+impl Page {
+    fn new() -> Result<Page, String> {
+        // SAFETY: an anonymous private mapping of one page; checked for failure
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        let page = Page(p as *mut u8);
+        page.write(1);
+        Ok(page)
+    }
+    fn write(&self, v: u8) {
+        // SAFETY: the page is mapped read-write by new()
+        unsafe { std::ptr::write_volatile(self.0, v) }
+    }
+    fn addr(&self) -> u64 {
+        self.0 as u64
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by new()
+        unsafe { libc::munmap(self.0 as *mut libc::c_void, 4096) };
+    }
+}
+
+fn perf_mem() -> Result<String, String> {
+    let devices = Path::new("/sys/bus/event_source/devices");
+    for (path, what) in [("cpu/events/mem-loads", "Intel PEBS mem-loads"), ("ibs_op", "AMD IBS op sampling")] {
+        if devices.join(path).exists() {
+            return Ok(format!("{what} ({})", devices.join(path).display()));
+        }
+    }
+    let mut pmus: Vec<String> = fs::read_dir(devices)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    pmus.sort();
+    Err(format!(
+        "no PMU with memory sampling (no cpu/events/mem-loads, no ibs_op; event sources: {})",
+        if pmus.is_empty() { "none".into() } else { pmus.join(", ") }
+    ))
+}
+
+fn damon_vaddr() -> Result<String, String> {
+    let admin = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
+    if !admin.exists() {
+        return Err("no DAMON sysfs interface (/sys/kernel/mm/damon/admin)".into());
+    }
+    // avail_operations lives in a context; read the existing ones, never make or change one
+    let mut seen = Vec::new();
+    for k in fs::read_dir(admin).into_iter().flatten().flatten() {
+        for c in fs::read_dir(k.path().join("contexts")).into_iter().flatten().flatten() {
+            if let Ok(ops) = fs::read_to_string(c.path().join("avail_operations")) {
+                if ops.split_whitespace().any(|o| o == "vaddr") {
+                    return Ok(format!("vaddr in {}", c.path().join("avail_operations").display()));
+                }
+                seen.push(ops.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+    }
+    match seen.first() {
+        Some(ops) => Err(format!("DAMON here monitors only: {ops} (no virtual address spaces)")),
+        None => Err("DAMON's operations are listed only inside a context, and there is none to read \
+                     (the daemon does not reconfigure DAMON to find out)"
+            .into()),
+    }
+}
+
+fn idle_page() -> Result<String, String> {
+    let bitmap = "/sys/kernel/mm/page_idle/bitmap";
+    match fs::File::open(bitmap) {
+        Ok(_) => Ok(format!("{bitmap} is readable")),
+        Err(e) => Err(format!("{bitmap}: {e} (CONFIG_IDLE_PAGE_TRACKING)")),
+    }
+}
+
+/// The pagemap entry of this process's page at `addr`.
+fn pagemap_entry(addr: u64) -> Result<u64, String> {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, addr / 4096 * 8).map_err(|e| format!("/proc/self/pagemap: {e}"))?;
+    Ok(u64::from_ne_bytes(b))
+}
+
+fn soft_dirty() -> Result<String, String> {
+    let page = Page::new()?;
+    fs::write("/proc/self/clear_refs", "4").map_err(|e| format!("/proc/self/clear_refs: {e}"))?;
+    let clean = pagemap_entry(page.addr())? >> 55 & 1;
+    page.write(2);
+    let dirty = pagemap_entry(page.addr())? >> 55 & 1;
+    match (clean, dirty) {
+        (0, 1) => Ok("a written page showed the soft-dirty bit (pagemap bit 55) after clear_refs 4".into()),
+        _ => Err("a page written after clear_refs 4 shows no soft-dirty bit: the kernel is built without \
+                  CONFIG_MEM_SOFT_DIRTY"
+            .into()),
+    }
+}
+
+// userfaultfd and PAGEMAP_SCAN (linux/userfaultfd.h, linux/fs.h)
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+const UFFD_API: u64 = 0xAA;
+const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
+const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
+const PAGEMAP_SCAN: libc::c_ulong = 0xc060_6610;
+const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
+const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
+const PAGE_IS_WRITTEN: u64 = 1 << 1;
+
+#[repr(C)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// Pages written in [start, end) since the last call (which write-protects them again).
+fn scan_written(start: u64, end: u64) -> Result<Vec<PageRegion>, String> {
+    let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
+    let mut regions = [PageRegion::default(); 4];
+    let mut arg = PmScanArg {
+        size: std::mem::size_of::<PmScanArg>() as u64,
+        flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+        start,
+        end,
+        walk_end: 0,
+        vec: regions.as_mut_ptr() as u64,
+        vec_len: regions.len() as u64,
+        max_pages: 0,
+        category_inverted: 0,
+        category_mask: PAGE_IS_WRITTEN,
+        category_anyof_mask: 0,
+        return_mask: PAGE_IS_WRITTEN,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: arg and regions outlive the call; the kernel writes at most vec_len regions
+    let n = unsafe { libc::ioctl(f.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
+    if n < 0 {
+        return Err(format!("PAGEMAP_SCAN: {}", std::io::Error::last_os_error()));
+    }
+    Ok(regions[..n as usize].to_vec())
+}
+
+fn pagemap_scan() -> Result<String, String> {
+    // SAFETY: a plain syscall; the descriptor is closed below
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
+    if fd < 0 {
+        return Err(format!("userfaultfd: {}", std::io::Error::last_os_error()));
+    }
+    let fd = fd as libc::c_int;
+    let result = (|| {
+        let mut api = [UFFD_API, UFFD_FEATURE_WP_ASYNC, 0u64];
+        // SAFETY: uffdio_api is three u64s
+        if unsafe { libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()) } != 0 {
+            return Err(format!(
+                "userfaultfd does not offer asynchronous write-protect (UFFD_FEATURE_WP_ASYNC, Linux 6.7): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let page = Page::new()?;
+        let mut reg = [page.addr(), 4096, UFFDIO_REGISTER_MODE_WP, 0u64];
+        // SAFETY: uffdio_register is a range (two u64s), a mode and the ioctls reported
+        if unsafe { libc::ioctl(fd, UFFDIO_REGISTER, reg.as_mut_ptr()) } != 0 {
+            return Err(format!("UFFDIO_REGISTER (write-protect): {}", std::io::Error::last_os_error()));
+        }
+        scan_written(page.addr(), page.addr() + 4096)?; // protects it
+        let before = scan_written(page.addr(), page.addr() + 4096)?;
+        page.write(3);
+        let after = scan_written(page.addr(), page.addr() + 4096)?;
+        if before.is_empty() && after.len() == 1 {
+            Ok("userfaultfd asynchronous write-protect + PAGEMAP_SCAN found the one page written".into())
+        } else {
+            Err(format!(
+                "PAGEMAP_SCAN ran but did not see a write as written ({} region(s) before it, {} after)",
+                before.len(),
+                after.len()
+            ))
+        }
+    })();
+    // SAFETY: our descriptor
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn hint_fault() -> Result<String, String> {
+    let page = Page::new()?;
+    // SAFETY: our own page, made inaccessible and back
+    let rc = unsafe { libc::mprotect(page.0 as *mut libc::c_void, 4096, libc::PROT_NONE) };
+    if rc != 0 {
+        return Err(format!("mprotect(PROT_NONE): {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above
+    unsafe { libc::mprotect(page.0 as *mut libc::c_void, 4096, libc::PROT_READ | libc::PROT_WRITE) };
+    Ok("mprotect(PROT_NONE) works; the sampling runs inside the program (about 10 µs a sample, and \
+        each sampled page splits its mapping)"
+        .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tracker_gets_a_verdict_with_a_reason() {
+        let p = probe();
+        assert_eq!(p.len(), 6);
+        assert!(p.iter().all(|t| !t.reason.is_empty()), "{p:?}");
+        // mprotect exists on every Linux this runs on
+        assert!(p.iter().any(|t| t.name == "hint-fault" && t.available), "{p:?}");
+    }
+}
