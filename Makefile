@@ -44,11 +44,16 @@ $(eval $(call flavour,asan,$(ASAN_FLAGS)))
 $(eval $(call flavour,tsan,-DSTRATA_DEBUG=1 -fsanitize=thread))
 $(eval $(call flavour,rel,))
 
+# the shared library (transparent mode) is built with link-time optimisation: malloc and free
+# cross files (contexts, tags, the channel) on every call, and inlining across them takes
+# about a third off what contexts cost a program (perl under callgrind: +3.4 % to +2.3 % over
+# glibc). The static library stays plain, for the Rust crates' linker.
+$(eval $(call flavour,so,-flto))
 $(BUILD)/libstrata.a: $(BUILD)/rel/lib.a
 	cp $< $@
-$(BUILD)/rel/libstrata/preload/%.o: CFLAGS += -fno-omit-frame-pointer -fexceptions
-$(BUILD)/libstrata.so: $(patsubst %.c,$(BUILD)/rel/%.o,$(SO_SRC))
-	$(CC) -shared -pthread $^ -o $@ -lgcc_s
+$(BUILD)/so/libstrata/preload/%.o: CFLAGS += -fno-omit-frame-pointer -fexceptions
+$(BUILD)/libstrata.so: $(patsubst %.c,$(BUILD)/so/%.o,$(SO_SRC))
+	$(CC) -shared -pthread -flto=auto $(filter -O%,$(CFLAGS)) $^ -o $@ -lgcc_s
 
 rust:
 	cargo build --release --workspace

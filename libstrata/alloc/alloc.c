@@ -111,17 +111,15 @@ void _strata_free(void *p, bool untag) {
 
 void strata_free(void *p) { _strata_free(p, false); }
 
-size_t strata_usable_size(const void *p) {
-  if (!p) return 0;
-  segment_t *chunk = _strata_chunk_of(p);
-  if (!chunk) return 0;
+/* Everything but a span's block (kept out of line, so the common case saves no registers). */
+__attribute__((noinline)) static size_t usable_other(segment_t *chunk, const void *p) {
   if (chunk->kind == SEG_LARGE) {
     large_t *l = (large_t *)chunk;
     return p == (char *)l + l->data_off ? l->map_size - l->data_off : 0;
   }
-  page_t *pg = _strata_page_of(p);
+  page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
+  if (pg->kind == PK_TAIL) pg = &chunk->pages[pg->head];
   switch (pg->kind) {
-    case PK_SPAN: return _strata_class_size(pg->cls);
     case PK_RUN: return p == _strata_page_addr(pg) ? pg->u.run.npages * PAGE_SIZE : 0;
     case PK_MIXED: {
       arena_t *a = pg->arena;
@@ -132,6 +130,16 @@ size_t strata_usable_size(const void *p) {
     }
     default: return 0;
   }
+}
+
+size_t strata_usable_size(const void *p) {
+  segment_t *chunk = p ? _strata_chunk_of(p) : NULL;
+  if (unlikely(!chunk)) return 0;
+  if (likely(chunk->kind != SEG_LARGE)) {
+    const page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
+    if (likely(pg->cls)) return _strata_class_size(pg->cls); /* a span's page, head or tail */
+  }
+  return usable_other(chunk, p);
 }
 
 int strata_owns(const void *p) { return strata_arena_of(p) != NULL; }

@@ -149,7 +149,7 @@ fn a_small_tiering_matrix_has_the_documented_rows() {
     assert_eq!(v["preset"], "m2t-4m");
     let rows = v["rows"].as_array().unwrap();
     let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
-    assert_eq!(policies, ["all-fast", "far-only", "first-touch", "tpp", "ambix", "mat:apb", "hmalloc"]);
+    assert_eq!(policies, ["all-fast", "far-only", "first-touch", "tpp", "ambix", "mat:apb", "hmalloc", "strata"]);
     let fig = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap()["figure"].as_f64().unwrap();
     for r in rows {
         for k in [
