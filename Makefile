@@ -131,7 +131,7 @@ emu-test: emu emu-unit
 
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
-                 $(BUILD)/preload/test_stress_libc $(BUILD)/preload/two_sites
+                 $(BUILD)/preload/test_stress_libc $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer
 $(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mno-red-zone $< -o $@ -ldl
@@ -141,6 +141,9 @@ $(BUILD)/preload/test_preload_cxx: libstrata/tests/test_preload_cxx.cc
 $(BUILD)/preload/test_stress_libc: libstrata/tests/test_stress.c libstrata/tests/check.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DUSE_LIBC $< -o $@
+$(BUILD)/preload/hot_writer: tests/preload/hot_writer.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@
 # (without frame pointers, as distributions build: the sites are seen through the unwind tables)
 $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
@@ -179,7 +182,7 @@ $(BUILD)/vm/%: tests/vm/%.c tests/vm/numa_maps.h $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -static $< $(BUILD)/libstrata.a -o $@
 
-vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites $(BUILD)/emu/access-emu
+vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer $(BUILD)/emu/access-emu
 	@scripts/bootstrap.sh --vm
 	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
 

@@ -54,8 +54,8 @@ static const option_t options[OPT__COUNT] = {
                        "preload: from this size objects are page aligned and recorded (bkmalloc)",
                        NULL},
     [OPT_UNWIND] = {"unwind", T_ENUM, UNWIND_CACHED, "mode",
-                    "preload: stack capture: cached (frame sizes learned from the unwind tables "
-                    "once per return address) or dwarf (libgcc's unwinder every time)",
+                    "preload: stack capture: cached (each return address's unwind-table rule, read "
+                    "once) or dwarf (libgcc's unwinder every time)",
                     "cached,dwarf"},
     [OPT_DIRECTIVE] = {"directive", T_STRING, 0, "directive",
                        "preload: where allocations go that no rule or daemon places (default, fast, "

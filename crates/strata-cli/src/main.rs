@@ -63,7 +63,7 @@ enum Command {
     /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
     #[command(subcommand)]
     Vm(vm::Command),
-    /// The live tiering daemon; so far `--probe`: the trackers this machine offers
+    /// The live tiering daemon (foreground): finds processes under Strata, moves their pages
     Daemon(daemon::Args),
 }
 

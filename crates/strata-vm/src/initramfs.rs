@@ -25,6 +25,8 @@ export PATH=/bin:/sbin:/usr/bin
 # no tmpfs on /tmp: the initramfs is already writable, and a mount there would hide --file
 # paths under /tmp (a clone in /tmp/...)
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+# /dev/shm as every distribution has it: processes under Strata share their channel there
+mkdir -p /dev/shm; mount -t tmpfs shm /dev/shm
 fail() { echo "STRATA-VM-SETUP-FAILED: $*"; poweroff -f; }
 for m in device_dax dax_hmem kmem; do insmod /lib/modules/strata/$m.ko || fail "insmod $m"; done
 [ -e /sys/bus/dax/devices/dax0.0 ] || fail "no dax0.0: the soft-reserved range was not found (memmap)"

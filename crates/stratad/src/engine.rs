@@ -32,6 +32,11 @@ impl Engine {
         let unavailable = |what: &str| {
             Error::Machine(format!("policy {}: needs {what}, which this machine cannot provide", policy.name()))
         };
+        if needs.scan && !m.can_scan() {
+            return Err(unavailable(
+                "page scans (soft-dirty bits here; `strata daemon --probe` says what this kernel offers)",
+            ));
+        }
         if needs.counters && m.counters().is_none() {
             return Err(unavailable("the accesses and LLC-miss counters"));
         }

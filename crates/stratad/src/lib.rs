@@ -8,14 +8,16 @@
 //! ```
 //!
 //! [`Machine`] is the seam: the emulated machine ([`emulated`], inside an emulated program,
-//! on simulated time) implements it today; the live daemon's Linux machine will. [`Engine::tick`]
+//! on simulated time) and real Linux ([`linux`], the live daemon's) implement it. [`Engine::tick`]
 //! is one round; on the emulated machine the emulator calls it every scanner period of
 //! simulated time, through the C entry point `strata_engine_start` of this crate's cdylib
 //! (`libstratad.so`), which the emulator loads when `$STRATA_ENGINE_LIB` names it.
 pub mod channel;
 pub mod config;
+pub mod daemon;
 pub mod emulated;
 mod engine;
+pub mod linux;
 mod machine;
 mod mover;
 pub mod probe;

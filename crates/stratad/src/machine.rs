@@ -56,6 +56,10 @@ pub trait Machine {
     fn tiers(&mut self) -> Vec<TierObs> {
         strata_policy::tiers_of(&self.nodes())
     }
+    /// Whether [`Machine::scan`] can see anything here (a kernel without a tracker cannot).
+    fn can_scan(&self) -> bool {
+        true
+    }
     /// Continue the accessed/dirty-bit walk: up to `max` present pages from where the last call
     /// stopped, in address order, their bits cleared once read. True when the walk passed the
     /// last page (a full scan ended).

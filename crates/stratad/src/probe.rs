@@ -137,7 +137,7 @@ fn pagemap_entry(addr: u64) -> Result<u64, String> {
     Ok(u64::from_ne_bytes(b))
 }
 
-fn soft_dirty() -> Result<String, String> {
+pub(crate) fn soft_dirty() -> Result<String, String> {
     let page = Page::new()?;
     fs::write("/proc/self/clear_refs", "4").map_err(|e| format!("/proc/self/clear_refs: {e}"))?;
     let clean = pagemap_entry(page.addr())? >> 55 & 1;
