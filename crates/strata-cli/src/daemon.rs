@@ -30,6 +30,9 @@ pub struct Args {
     /// JSON: with --probe the trackers, else the statistics at exit
     #[arg(long)]
     json: bool,
+    /// Where the daemon writes its statistics after every round, for `strata stats`
+    #[arg(long, value_name = "FILE", default_value = stratad::status::STATE_FILE)]
+    state: PathBuf,
     /// No progress lines on stderr
     #[arg(short, long)]
     quiet: bool,
@@ -53,7 +56,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let mut said = Instant::now();
     let start = Instant::now();
+    let mut state_failed = false;
     let stats = stratad::daemon::run(&a.policy, cfg, &stop, a.rounds, |s, m| {
+        if let Err(e) = stratad::status::write_state(&a.state, s) {
+            if !state_failed {
+                eprintln!("[daemon] cannot write {} ({e}); strata stats will not see this daemon", a.state.display());
+                state_failed = true;
+            }
+        }
         if !a.quiet && (s.rounds == 1 || said.elapsed() >= Duration::from_secs(10)) {
             said = Instant::now();
             eprintln!(
@@ -68,6 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     })?;
+    let _ = std::fs::remove_file(&a.state);
     if stop.load(Ordering::Relaxed) && !a.quiet {
         eprintln!("[daemon] stopped; the programs keep their pages where they are");
     }

@@ -9,6 +9,7 @@ mod emu;
 mod kv;
 mod output;
 mod run;
+mod stats;
 mod topo;
 mod vm;
 
@@ -33,7 +34,9 @@ Examples:
   strata emu settings              every emulator setting and preset
   strata emu validate              the emulator vs cachegrind and vs native runs
   strata bench summary             the saved runs in bench/results, as tables
-  strata daemon --probe            the access trackers this kernel and hardware offer";
+  strata daemon --probe            the access trackers this kernel and hardware offer
+  strata daemon --policy ambix     move the pages of every process under Strata
+  strata stats --watch 2           tiers, processes, contexts, objects, the daemon's moves";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
@@ -65,6 +68,8 @@ enum Command {
     Vm(vm::Command),
     /// The live tiering daemon (foreground): finds processes under Strata, moves their pages
     Daemon(daemon::Args),
+    /// Tiers, processes under Strata (bytes per tier), top contexts and objects, the daemon's moves
+    Stats(stats::Args),
 }
 
 fn main() {
@@ -77,6 +82,7 @@ fn main() {
         Command::Vm(v) => vm::run(v),
         Command::Emu(e) => emu::run(e),
         Command::Daemon(a) => daemon::run(a).map(|()| 0),
+        Command::Stats(a) => stats::run(a).map(|()| 0),
     });
     match result {
         Ok(code) => std::process::exit(code),

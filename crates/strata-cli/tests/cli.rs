@@ -444,3 +444,56 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
     assert_eq!(code, 1);
     assert!(err.contains("no-such-policy"), "{err}");
 }
+
+#[test]
+fn stats_shows_a_process_under_strata_and_the_running_daemons_statistics() {
+    let lib = repo("build/libstrata.so");
+    let mut child = Command::new("sh")
+        .args(["-c", "x=$(head -c 200000 /dev/zero | tr '\\0' a); sleep 20"])
+        .env("LD_PRELOAD", &lib)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as u64;
+    let state = std::env::temp_dir().join(format!("strata-stats-test-{}.json", std::process::id()));
+    let state_arg = state.to_str().unwrap().to_string();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "daemon",
+            "--policy",
+            "first-touch",
+            "--period-ms",
+            "20",
+            "--rounds",
+            "1000",
+            "-q",
+            "--state",
+            &state_arg,
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut v = Value::Null;
+    while std::time::Instant::now() < deadline {
+        v = json(&["stats", "--json", "--state", &state_arg]);
+        let seen =
+            v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid && p["objects"].as_u64() > Some(0));
+        if seen && !v["daemon"].is_null() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_file(&state);
+    let p = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(p["command"], "sh");
+    let resident: u64 = p["tier_bytes"].as_object().unwrap().values().map(|b| b.as_u64().unwrap()).sum();
+    assert!(resident > 0 && p["tracked_bytes"].as_u64() >= Some(200_000), "{p}");
+    assert!(v["tiers"].as_array().unwrap().iter().all(|t| t["capacity_bytes"].as_u64() > Some(0)), "{v}");
+    assert_eq!(v["daemon"]["stats"]["policy"], "first-touch", "{v}");
+    assert!(v["daemon"]["stats"]["rounds"].as_u64() > Some(0), "{v}");
+}

@@ -185,11 +185,12 @@ fn guest_daemon_promotes_a_written_hot_set_from_the_slow_node() {
     let script = format!(
         "LD_PRELOAD={l} STRATA_DIRECTIVE=slow {b} 16 25 & sleep 3; \
          {s} daemon --policy ambix --period-ms 200 --rounds 60 -q --json > /tmp/daemon.json; echo daemon=$?; \
-         wait $!; echo writer=$?; cat /tmp/daemon.json"
+         {s} stats --json > /tmp/stats.json; echo stats=$?; \
+         wait $!; echo writer=$?; echo DAEMON; cat /tmp/daemon.json; echo STATS; cat /tmp/stats.json"
     );
     let (code, out) = run_in_guest(&["--file", l, "--file", b, "--file", s, "--", "sh", "-c", &script]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("daemon=0") && out.contains("writer=0"), "{out}");
+    assert!(out.contains("daemon=0") && out.contains("stats=0") && out.contains("writer=0"), "{out}");
     let count = |when: &str| -> (u64, u64) {
         let line = out.lines().find(|l| l.starts_with(&format!("{when}: "))).unwrap_or_else(|| panic!("{out}"));
         let n = |k: &str| line.split(k).nth(1).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
@@ -199,6 +200,13 @@ fn guest_daemon_promotes_a_written_hot_set_from_the_slow_node() {
     let (end0, end1) = count("end");
     assert!(start1 >= 4000 && start0 < 100, "the directive put the buffer on the slow node: {out}");
     assert!(end0 >= 4096 * 9 / 10 && end1 <= 4096 / 10, "the daemon moved the written buffer to node 0: {out}");
-    let stats: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+    let (daemon, status) = out.split_once("\nDAEMON\n").unwrap().1.split_once("\nSTATS\n").unwrap();
+    let stats: serde_json::Value = serde_json::from_str(daemon).unwrap();
     assert!(stats["promoted_pages"].as_u64().unwrap() >= end0 - start0, "{stats}");
+    // strata stats, taken while the writer still ran, counts its buffer on tier 0 (numa_maps)
+    let status: serde_json::Value = serde_json::from_str(status).unwrap();
+    let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer");
+    let writer = writer.unwrap_or_else(|| panic!("{status}"));
+    assert!(writer["tier_bytes"]["0"].as_u64().unwrap() >= 16 << 20, "{writer}");
+    assert!(writer["tracked_bytes"].as_u64().unwrap() >= 16 << 20, "{writer}");
 }

@@ -22,6 +22,7 @@ mod machine;
 mod mover;
 pub mod probe;
 mod stats;
+pub mod status;
 
 pub use config::Config;
 pub use engine::Engine;
