@@ -23,20 +23,38 @@ static page_t *head_of(segment_t *seg, const void *p) {
   return pg->kind == PK_TAIL ? &seg->pages[pg->head] : pg;
 }
 
+/* The head page of p's page, NULL in a large object. */
+static page_t *head_in(segment_t *seg, const void *p) { return seg->kind == SEG_LARGE ? NULL : head_of(seg, p); }
+
+/* A large object's (pg NULL) or a run's context and record fields, and its usable size; false
+ * for anything else (span blocks carry their tag in the span's array). */
+static bool whole_object(segment_t *seg, page_t *pg, const void *p, uint32_t **ctx, uint32_t **record,
+                         size_t *usable) {
+  if (!pg) {
+    large_t *l = (large_t *)seg;
+    if (p != (char *)l + l->data_off) return false;
+    *ctx = &l->ctx;
+    *record = &l->record;
+    *usable = l->map_size - l->data_off;
+    return true;
+  }
+  if (pg->kind != PK_RUN) return false;
+  *ctx = &pg->u.run.ctx;
+  *record = &pg->u.run.record;
+  *usable = pg->u.run.npages * PAGE_SIZE;
+  return true;
+}
+
 void _strata_tag(void *p, uint32_t ctx, uint32_t record) {
   segment_t *seg = _strata_chunk_of(p);
   if (!seg) return;
-  if (seg->kind == SEG_LARGE) {
-    large_t *l = (large_t *)seg;
-    l->ctx = ctx;
-    l->record = record;
-    return;
-  }
-  page_t *pg = head_of(seg, p);
-  if (pg->kind == PK_RUN) {
-    pg->u.run.ctx = ctx;
-    pg->u.run.record = record;
-  } else if (pg->kind == PK_SPAN && ctx) {
+  page_t *pg = head_in(seg, p);
+  uint32_t *c, *r;
+  size_t usable;
+  if (whole_object(seg, pg, p, &c, &r, &usable)) {
+    *c = ctx;
+    *r = record;
+  } else if (pg && pg->kind == PK_SPAN && ctx) {
     uint16_t *tags = atomic_load_explicit(&pg->u.span.tags, memory_order_acquire);
     if (!tags) { /* two threads may tag blocks of one span at once: first one wins */
       size_t bytes = pg->u.span.capacity * sizeof(uint16_t);
@@ -60,49 +78,25 @@ void _strata_tag(void *p, uint32_t ctx, uint32_t record) {
 void _strata_untag(void *p) {
   segment_t *seg = _strata_chunk_of(p);
   if (!seg) return;
-  uint32_t ctx = 0, record = 0;
-  size_t usable = 0;
-  if (seg->kind == SEG_LARGE) {
-    large_t *l = (large_t *)seg;
-    if (p != (char *)l + l->data_off) return;
-    ctx = l->ctx;
-    record = l->record;
-    l->ctx = l->record = 0;
-    usable = l->map_size - l->data_off;
-  } else {
-    page_t *pg = head_of(seg, p);
-    if (pg->kind == PK_RUN) {
-      ctx = pg->u.run.ctx;
-      record = pg->u.run.record;
-      pg->u.run.ctx = pg->u.run.record = 0;
-      usable = pg->u.run.npages * PAGE_SIZE;
-    } else if (pg->kind == PK_SPAN) {
-      uint16_t *tags = atomic_load_explicit(&pg->u.span.tags, memory_order_acquire);
-      if (tags) _strata_untag_block(pg, tags, p);
-      return;
-    }
+  page_t *pg = head_in(seg, p);
+  uint32_t *c, *r;
+  size_t usable;
+  if (!whole_object(seg, pg, p, &c, &r, &usable)) {
+    uint16_t *tags = pg && pg->kind == PK_SPAN ? atomic_load_explicit(&pg->u.span.tags, memory_order_acquire) : NULL;
+    if (tags) _strata_untag_block(pg, tags, p);
+    return;
   }
+  uint32_t ctx = *c, record = *r;
+  *c = *r = 0;
   if (ctx) _strata_context_free(ctx, usable);
   if (record) _strata_untrack(record, p);
 }
 
 void _strata_retag_grown(const void *p, void *q, size_t old_usable) {
   segment_t *seg = _strata_chunk_of(q);
-  if (!seg) return;
   uint32_t *ctx, *record;
   size_t usable;
-  if (seg->kind == SEG_LARGE) {
-    large_t *l = (large_t *)seg;
-    ctx = &l->ctx;
-    record = &l->record;
-    usable = l->map_size - l->data_off;
-  } else {
-    page_t *pg = head_of(seg, q);
-    if (pg->kind != PK_RUN) return;
-    ctx = &pg->u.run.ctx;
-    record = &pg->u.run.record;
-    usable = pg->u.run.npages * PAGE_SIZE;
-  }
+  if (!seg || !whole_object(seg, head_in(seg, q), q, &ctx, &record, &usable)) return;
   if (*ctx && usable > old_usable) _strata_context_grow(*ctx, usable - old_usable);
   if (*record) {
     _strata_untrack(*record, p);

@@ -4,8 +4,8 @@
  *
  * Capturing the call stack never allocates:
  *   cached (default) follows the unwind tables' rule for each return address, read once and
- *         kept (unwind.c): exact callers in code built without frame pointers, a few ns a
- *         frame once warm.
+ *         kept (unwind.c): exact callers in code built without frame pointers; what contexts
+ *         cost whole programs is measured by `strata bench alloc --program`.
  *   dwarf libgcc's unwinder on every capture: the reference, about 1 us per frame.
  *         STRATA_UNWIND=dwarf.
  * Anything libc allocates while we look up stack bounds or symbols comes back into malloc
@@ -176,27 +176,25 @@ static pending_t *pending_for(uint32_t idx) {
   return q;
 }
 
-void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable) {
+/* One event of context idx, into this thread's pending counts. */
+static inline void pending_count(uint32_t idx, int64_t allocs, int64_t frees, int64_t live, int64_t allocated) {
   pending_t *q = pending_for(idx);
-  q->allocs++;
-  q->live_bytes += (int64_t)usable;
-  q->bytes_allocated += (int64_t)requested;
+  q->allocs += allocs;
+  q->frees += frees;
+  q->live_bytes += live;
+  q->bytes_allocated += allocated;
   if (++q->events >= PENDING_MAX) pending_flush(q);
 }
 
-void _strata_context_grow(uint32_t idx, size_t bytes) {
-  pending_t *q = pending_for(idx);
-  q->live_bytes += (int64_t)bytes;
-  q->bytes_allocated += (int64_t)bytes;
-  if (++q->events >= PENDING_MAX) pending_flush(q);
+void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable) {
+  pending_count(idx, 1, 0, (int64_t)usable, (int64_t)requested);
 }
+
+void _strata_context_grow(uint32_t idx, size_t bytes) { pending_count(idx, 0, 0, (int64_t)bytes, (int64_t)bytes); }
 
 void _strata_context_free(uint32_t idx, size_t usable) {
   if (!_strata_context(idx)) return; /* a stale tag from before a fork */
-  pending_t *q = pending_for(idx);
-  q->frees++;
-  q->live_bytes -= (int64_t)usable;
-  if (++q->events >= PENDING_MAX) pending_flush(q);
+  pending_count(idx, 0, 1, -(int64_t)usable, 0);
 }
 
 void _strata_contexts_start(void) {

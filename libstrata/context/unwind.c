@@ -35,7 +35,6 @@ extern const void *_Unwind_Find_FDE(void *pc, struct dwarf_eh_bases *bases); /* 
 /* A frame's rule in 16 bits: bit 15 the CFA's base (0 rsp, 1 rbp), bits 4-14 its offset / 8,
  * bits 0-3 where rbp was saved (CFA - 8n; 0: this frame does not save it). */
 #define RULE_STOP 0xFFFF
-#define RULE_UNKNOWN 0
 #define RULE_RBP 0x8000
 #define RULE_OFF_MAX (2047 * 8)
 
@@ -241,7 +240,7 @@ static unsigned rule_for(uintptr_t ra) {
   if (row.cfa_reg != REG_RSP && row.cfa_reg != REG_RBP) return RULE_STOP;
   if (row.cfa_off < 8 || row.cfa_off > RULE_OFF_MAX || row.cfa_off % 8 || row.rbp < 0) return RULE_STOP;
   unsigned rule = (row.cfa_reg == REG_RBP ? RULE_RBP : 0) | (unsigned)(row.cfa_off / 8) << 4 | (unsigned)row.rbp;
-  return rule == RULE_STOP ? RULE_STOP : rule;
+  return rule; /* (RULE_STOP itself would be rbp + 16376 with rbp at CFA - 120: never a real frame) */
 }
 
 /* ---- the table: return address -> rule ------------------------------------------------------

@@ -22,7 +22,35 @@ use strata_util::{io, median};
 use crate::{failed, Error};
 
 /// The three configurations, in the order they run.
-pub const CONFIGS: [&str; 3] = ["glibc", "strata-contexts-off", "strata-contexts-on"];
+#[derive(Clone, Copy)]
+enum Config {
+    /// the program's own allocator (glibc's, or what it links: redis's jemalloc)
+    Own,
+    ContextsOff,
+    ContextsOn,
+}
+
+const CONFIGS: [Config; 3] = [Config::Own, Config::ContextsOff, Config::ContextsOn];
+
+impl Config {
+    /// its key in the report
+    fn name(self) -> &'static str {
+        match self {
+            Config::Own => "glibc",
+            Config::ContextsOff => "strata-contexts-off",
+            Config::ContextsOn => "strata-contexts-on",
+        }
+    }
+
+    fn env(self, lib: &str) -> Env {
+        let strata = |contexts: &str| vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", contexts.into())];
+        match self {
+            Config::Own => vec![],
+            Config::ContextsOff => strata("0"),
+            Config::ContextsOn => strata("1"),
+        }
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 pub struct ProgramResult {
@@ -39,19 +67,12 @@ pub struct ProgramResult {
     pub instructions_command: String,
     /// (contexts on) / (contexts off) - 1 in instructions (wall time when no valgrind)
     pub context_overhead: f64,
-    /// (strata, contexts on) / glibc - 1, same measure
+    /// (strata, contexts on) / the program without Strata - 1, same measure (its own allocator:
+    /// glibc's, or what it links, as redis its jemalloc; the key keeps the name "glibc")
     pub vs_glibc: f64,
 }
 
 type Env = Vec<(&'static str, String)>;
-
-fn env_of(config: &str, lib: &str) -> Env {
-    match config {
-        "glibc" => vec![],
-        "strata-contexts-off" => vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", "0".into())],
-        _ => vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", "1".into())],
-    }
-}
 
 /// A program: how to run it at a size (`big` for timing, small under callgrind).
 enum Program {
@@ -240,24 +261,24 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
         for r in 0..rounds {
             say(&format!("{name}: round {}/{rounds}", r + 1));
             for c in CONFIGS {
-                times.entry(c.to_string()).or_default().push(run_once(&p, &env_of(c, lib), true, false)?.0);
+                times.entry(c.name().into()).or_default().push(run_once(&p, &c.env(lib), true, false)?.0);
             }
         }
         let mut instructions = BTreeMap::new();
         for c in CONFIGS.iter().filter(|_| have_valgrind) {
-            say(&format!("{name}: counting instructions with callgrind ({c})"));
-            if let (_, Some(n)) = run_once(&p, &env_of(c, lib), false, true)? {
-                instructions.insert(c.to_string(), n);
+            say(&format!("{name}: counting instructions with callgrind ({})", c.name()));
+            if let (_, Some(n)) = run_once(&p, &c.env(lib), false, true)? {
+                instructions.insert(c.name().to_string(), n);
             }
         }
         let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
-        let measure = |k: &str| instructions.get(k).map(|n| *n as f64).unwrap_or(seconds[k]);
+        let measure = |c: Config| instructions.get(c.name()).map(|n| *n as f64).unwrap_or(seconds[c.name()]);
         results.push(ProgramResult {
             name: name.into(),
             command: describe(&p, true),
             rounds,
-            context_overhead: measure("strata-contexts-on") / measure("strata-contexts-off") - 1.0,
-            vs_glibc: measure("strata-contexts-on") / measure("glibc") - 1.0,
+            context_overhead: measure(Config::ContextsOn) / measure(Config::ContextsOff) - 1.0,
+            vs_glibc: measure(Config::ContextsOn) / measure(Config::Own) - 1.0,
             seconds,
             instructions_command: format!("valgrind --tool=callgrind {}", describe(&p, false)),
             instructions,
@@ -281,14 +302,14 @@ pub fn table(results: &[ProgramResult]) -> String {
         s += &format!(
             "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3}\n",
             p.name,
-            i(CONFIGS[0]),
-            i(CONFIGS[1]),
-            i(CONFIGS[2]),
+            i(CONFIGS[0].name()),
+            i(CONFIGS[1].name()),
+            i(CONFIGS[2].name()),
             p.vs_glibc * 100.0,
             p.context_overhead * 100.0,
-            t(CONFIGS[0]),
-            t(CONFIGS[1]),
-            t(CONFIGS[2])
+            t(CONFIGS[0].name()),
+            t(CONFIGS[1].name()),
+            t(CONFIGS[2].name())
         );
     }
     s

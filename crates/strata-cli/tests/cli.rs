@@ -157,18 +157,12 @@ fn run_returns_the_exit_status_and_preloads_strata() {
 fn run_with_rules_and_report() {
     let bin = repo("build/preload/two_sites");
     assert!(std::path::Path::new(&bin).exists(), "run `make c-test` first (builds {bin})");
-    let (code, out, err) = strata(&[
-        "run",
-        "--lib",
-        &repo("build/libstrata.so"),
-        "--rules",
-        &repo("tests/preload/two_sites.rules"),
-        "--report",
-        "--json",
-        "--",
-        &bin,
-        "--with-rules",
-    ]);
+    let (lib, rules) = (repo("build/libstrata.so"), repo("tests/preload/two_sites.rules"));
+    let report = |json: &[&str]| {
+        let args = [&["run", "--lib", &lib, "--rules", &rules, "--report"], json, &["--", &bin, "--with-rules"]];
+        strata(&args.concat())
+    };
+    let (code, out, err) = report(&["--json"]);
     assert_eq!(code, 0, "{err}");
     let first = out.lines().next().unwrap_or("");
     assert!(first.starts_with("two_sites: ") && first.ends_with(" passed, 0 failed"), "{out}"); // its own output
@@ -195,17 +189,7 @@ fn run_with_rules_and_report() {
     let frees: u64 = slow.iter().map(|c| c["frees"].as_u64().unwrap()).sum();
     assert_eq!((allocs, frees), (100, 100), "every allocation and free counted");
     // the human report names the call sites
-    let (code, out, _) = strata(&[
-        "run",
-        "--lib",
-        &repo("build/libstrata.so"),
-        "--rules",
-        &repo("tests/preload/two_sites.rules"),
-        "--report",
-        "--",
-        &bin,
-        "--with-rules",
-    ]);
+    let (code, out, _) = report(&[]);
     assert_eq!(code, 0);
     assert!(out.contains("alloc_slow_site") && out.contains("top contexts by bytes allocated"), "{out}");
 }

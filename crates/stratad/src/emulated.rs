@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use strata_policy::{ContextObs, Counters, Directive, HintFault, Node, NodeObs, ObjectObs, PageObs, Sample, Tier};
 
 use crate::channel::Channel;
-use crate::machine::{Machine, MoveStatus, Refusal};
+use crate::machine::{move_statuses, Machine, MoveStatus, Refusal};
 use crate::{Config, Engine, Error};
 
 /// strata_emu_page_t
@@ -287,25 +287,13 @@ impl Machine for EmulatedMachine {
 
     fn move_pages(&mut self, _pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
         let ptrs: Vec<*mut c_void> = pages.iter().map(|&a| a as *mut c_void).collect();
-        let from: Vec<c_int> = ptrs.iter().map(|&p| unsafe { (self.node_of)(p) }).collect();
         let nodes = vec![to as c_int; pages.len()];
         let mut status = vec![0 as c_int; pages.len()];
         let rc = unsafe { (self.mv)(ptrs.as_ptr(), ptrs.len(), nodes.as_ptr(), status.as_mut_ptr(), 1) };
         if rc != 0 {
-            return vec![MoveStatus::Refused(Refusal::Other(-rc)); pages.len()];
+            return vec![Err(Refusal::Other(-rc)); pages.len()];
         }
-        status
-            .iter()
-            .zip(&from)
-            .map(|(&st, &f)| match st {
-                s if s >= 0 && f == s => MoveStatus::Already,
-                s if s >= 0 => MoveStatus::Moved { from: f.max(0) as Node },
-                e if -e == libc::ENOMEM => MoveStatus::Refused(Refusal::NoRoom),
-                e if -e == libc::ENOENT => MoveStatus::Refused(Refusal::Gone),
-                e if -e == libc::ENODEV => MoveStatus::Refused(Refusal::BadTier),
-                e => MoveStatus::Refused(Refusal::Other(-e)),
-            })
-            .collect()
+        move_statuses(&status, to)
     }
 }
 

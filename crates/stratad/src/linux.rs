@@ -9,14 +9,13 @@
 //! need scans. The scan covers the memory Strata knows: each process's tracked objects.
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use strata_policy::{ContextObs, Directive, Node, NodeObs, ObjectObs, PageObs, Tier};
 
 use crate::channel::{Channel, ChannelError};
-use crate::machine::{Machine, MoveStatus, Refusal};
+use crate::machine::{move_statuses, Machine, MoveStatus, Refusal};
 
 const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
@@ -186,13 +185,9 @@ impl Machine for Linux {
                     return false;
                 }
                 let n = ((hi - addr) / PAGE).min(max - taken).min(4096) as usize;
-                let mut raw = vec![0u8; n * 8];
-                if pagemap.read_exact_at(&mut raw, addr / PAGE * 8).is_err() {
-                    break;
-                }
+                let Ok(entries) = crate::probe::read_pagemap(&pagemap, addr, n) else { break };
                 let mut present = Vec::new();
-                for (i, e) in raw.chunks_exact(8).enumerate() {
-                    let e = u64::from_ne_bytes(e.try_into().expect("8 bytes"));
+                for (i, e) in entries.into_iter().enumerate() {
                     if e >> 63 & 1 == 1 {
                         present.push((addr + i as u64 * PAGE, e >> 55 & 1 == 1));
                     }
@@ -219,26 +214,11 @@ impl Machine for Linux {
     }
 
     fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
-        let from = Linux::nodes_of(pid, pages);
         let nodes = vec![to as libc::c_int; pages.len()];
-        let status = match move_pages(pid, pages, Some(&nodes)) {
-            Ok(s) => s,
-            Err(libc::ESRCH) => return vec![MoveStatus::Refused(Refusal::Gone); pages.len()],
-            Err(e) => return vec![MoveStatus::Refused(Refusal::Other(e)); pages.len()],
-        };
-        status
-            .iter()
-            .zip(from)
-            .map(|(&st, f)| match (st, f) {
-                (s, Some(f)) if s == to as libc::c_int && f == to => MoveStatus::Already,
-                (s, Some(f)) if s == to as libc::c_int => MoveStatus::Moved { from: f },
-                (s, None) if s == to as libc::c_int => MoveStatus::Already,
-                (s, _) if s == -libc::ENOMEM => MoveStatus::Refused(Refusal::NoRoom),
-                (s, _) if s == -libc::ENOENT || s == -libc::EFAULT => MoveStatus::Refused(Refusal::Gone),
-                (s, _) if s < 0 => MoveStatus::Refused(Refusal::Other(-s)),
-                _ => MoveStatus::Refused(Refusal::NoRoom), // elsewhere than asked: the node was full
-            })
-            .collect()
+        match move_pages(pid, pages, Some(&nodes)) {
+            Ok(status) => move_statuses(&status, to),
+            Err(e) => vec![Err(Refusal::from_errno(e)); pages.len()],
+        }
     }
 
     fn set_directive(&mut self, pid: u32, context: u32, d: Directive) -> Result<(), Refusal> {
@@ -282,7 +262,7 @@ mod tests {
 
     /// A shell under LD_PRELOAD=libstrata.so holding a 64 KiB variable (a tracked object).
     #[test]
-    fn a_preloaded_process_is_found_and_its_objects_located_and_moved_in_place() {
+    fn a_preloaded_process_is_found_its_objects_located_and_its_pages_gone_when_it_exits() {
         let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build/libstrata.so");
         assert!(lib.exists(), "run `make lib` first ({} is missing)", lib.display());
         let mut child = Command::new("sh")
@@ -314,17 +294,18 @@ mod tests {
         assert!(o.fast_bytes <= o.resident_bytes && o.resident_bytes <= o.len.div_ceil(PAGE) * PAGE);
         // the process has exited: its pages are gone, not an error
         let st = m.move_pages(pid, &[o.addr], 0);
-        assert!(matches!(st[0], MoveStatus::Refused(Refusal::Gone)), "{st:?}");
+        assert_eq!(st, vec![Err(Refusal::Gone)]);
     }
 
     #[test]
-    fn pages_of_this_process_are_located_and_a_move_to_their_node_is_already_done() {
+    fn pages_of_this_process_are_located_and_moved_to_the_node_they_are_on() {
         let v = vec![7u8; 3 * PAGE as usize];
         let page = (v.as_ptr() as u64).next_multiple_of(PAGE);
         let pid = std::process::id();
         let mut m = Linux::new();
         let node = m.locate(pid, &[page])[0].expect("a touched page is resident");
-        assert_eq!(m.move_pages(pid, &[page], node), vec![MoveStatus::Already]);
+        assert_eq!(m.move_pages(pid, &[page], node), vec![Ok(())]);
+        assert_eq!(m.locate(pid, &[page]), vec![Some(node)]);
         assert_eq!(m.locate(pid, &[page + (1 << 40)]), vec![None], "an unmapped page");
     }
 }

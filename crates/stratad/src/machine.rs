@@ -32,16 +32,32 @@ impl Refusal {
     }
 }
 
-/// What happened to one page of a move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoveStatus {
-    /// it moved from this node
-    Moved {
-        from: Node,
-    },
-    /// it was there already
-    Already,
-    Refused(Refusal),
+impl Refusal {
+    /// A page's status from move_pages(2) (negative: an errno), as the machines report it.
+    pub fn from_errno(e: i32) -> Refusal {
+        match e {
+            libc::ENOMEM => Refusal::NoRoom,
+            libc::ENOENT | libc::EFAULT | libc::ESRCH => Refusal::Gone,
+            libc::ENODEV => Refusal::BadTier,
+            e => Refusal::Other(e),
+        }
+    }
+}
+
+/// What happened to one page of a move: Ok, it is on the node asked for now.
+pub type MoveStatus = Result<(), Refusal>;
+
+/// The statuses of a move_pages(2) call to node `to` (each page's node, or minus an errno).
+/// A page that landed on another node than asked was refused there: the node was full.
+pub fn move_statuses(status: &[libc::c_int], to: Node) -> Vec<MoveStatus> {
+    status
+        .iter()
+        .map(|&s| match s {
+            s if s == to as libc::c_int => Ok(()),
+            s if s >= 0 => Err(Refusal::NoRoom),
+            e => Err(Refusal::from_errno(-e)),
+        })
+        .collect()
 }
 
 /// A machine the engine observes and moves pages on.
@@ -70,7 +86,8 @@ pub trait Machine {
     fn hint_faults(&mut self, _out: &mut Vec<HintFault>) {}
     /// The node of each page of process `pid` (None: not resident).
     fn locate(&mut self, pid: u32, pages: &[u64]) -> Vec<Option<Node>>;
-    /// Move pages of process `pid` to node `to`; one status a page.
+    /// Move pages of process `pid` to node `to`; one status a page. The caller knows where the
+    /// pages were (it located them to choose them), so the machine only says whether they went.
     fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus>;
     /// Set where a context's new objects go, through the process's channel.
     fn set_directive(&mut self, _pid: u32, _context: u32, _d: Directive) -> Result<(), Refusal> {

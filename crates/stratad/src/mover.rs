@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use strata_policy::{Action, Node, Tier};
 
 use crate::config::MoverConfig;
-use crate::machine::{Machine, MoveStatus, Refusal};
+use crate::machine::{Machine, Refusal};
 use crate::stats::Stats;
 
 pub struct Mover {
@@ -108,9 +108,9 @@ impl Mover {
                 continue;
             }
             let addrs: Vec<u64> = go.iter().map(|g| g.0).collect();
-            for st in m.move_pages(pid, &addrs, to) {
+            for (st, &(_, from)) in m.move_pages(pid, &addrs, to).into_iter().zip(go) {
                 match st {
-                    MoveStatus::Moved { from } => {
+                    Ok(()) => {
                         self.tokens -= page as f64;
                         round.cap -= page;
                         round.moved(from, to, page);
@@ -129,8 +129,7 @@ impl Mover {
                         }
                         stats.migrated_bytes += page;
                     }
-                    MoveStatus::Already => {}
-                    MoveStatus::Refused(r) => *stats.refused_pages.entry(r.name()).or_default() += 1,
+                    Err(r) => *stats.refused_pages.entry(r.name()).or_default() += 1,
                 }
             }
         }
@@ -161,7 +160,7 @@ impl Round {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::machine::Refusal;
+    use crate::machine::{MoveStatus, Refusal};
     use strata_policy::NodeObs;
 
     /// Nodes of `cap` pages each in `tier`s (nearest first: node 0, 1, ...); page i is on node
@@ -212,15 +211,12 @@ mod tests {
                 .map(|&a| {
                     let i = (a / 4096) as usize;
                     if i >= self.node.len() {
-                        MoveStatus::Refused(Refusal::Gone)
-                    } else if self.node[i] == to {
-                        MoveStatus::Already
-                    } else if self.on(to) as u64 >= self.cap[to as usize] {
-                        MoveStatus::Refused(Refusal::NoRoom)
+                        Err(Refusal::Gone)
+                    } else if self.node[i] != to && self.on(to) as u64 >= self.cap[to as usize] {
+                        Err(Refusal::NoRoom)
                     } else {
-                        let from = self.node[i];
                         self.node[i] = to;
-                        MoveStatus::Moved { from }
+                        Ok(())
                     }
                 })
                 .collect()

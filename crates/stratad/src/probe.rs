@@ -128,13 +128,18 @@ fn idle_page() -> Result<String, String> {
     }
 }
 
+/// The /proc/PID/pagemap entries of `n` pages from `addr` (bit 63 present, bit 55 soft-dirty).
+pub(crate) fn read_pagemap(pagemap: &fs::File, addr: u64, n: usize) -> std::io::Result<Vec<u64>> {
+    use std::os::unix::fs::FileExt;
+    let mut raw = vec![0u8; n * 8];
+    pagemap.read_exact_at(&mut raw, addr / 4096 * 8)?;
+    Ok(raw.chunks_exact(8).map(|e| u64::from_ne_bytes(e.try_into().expect("8 bytes"))).collect())
+}
+
 /// The pagemap entry of this process's page at `addr`.
 fn pagemap_entry(addr: u64) -> Result<u64, String> {
-    use std::os::unix::fs::FileExt;
     let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, addr / 4096 * 8).map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-    Ok(u64::from_ne_bytes(b))
+    read_pagemap(&f, addr, 1).map(|v| v[0]).map_err(|e| format!("/proc/self/pagemap: {e}"))
 }
 
 pub(crate) fn soft_dirty() -> Result<String, String> {

@@ -126,23 +126,15 @@ pub fn node_bytes(pid: u32) -> BTreeMap<u8, u64> {
 /// Gather the status now; `top` contexts and objects at most.
 pub fn gather(m: &mut Linux, state: &Path, top: usize) -> Status {
     let nodes = m.nodes();
-    let mut tiers: Vec<TierStatus> = Vec::new();
-    for n in &nodes {
-        match tiers.iter_mut().find(|t| t.tier == n.tier) {
-            Some(t) => {
-                t.nodes.push(n.node);
-                t.capacity_bytes += n.capacity_bytes;
-                t.free_bytes += n.free_bytes;
-            }
-            None => tiers.push(TierStatus {
-                tier: n.tier,
-                nodes: vec![n.node],
-                capacity_bytes: n.capacity_bytes,
-                free_bytes: n.free_bytes,
-            }),
-        }
-    }
-    tiers.sort_by_key(|t| t.tier);
+    let tiers = strata_policy::tiers_of(&nodes)
+        .into_iter()
+        .map(|t| TierStatus {
+            tier: t.tier,
+            nodes: nodes.iter().filter(|n| n.tier == t.tier).map(|n| n.node).collect(),
+            capacity_bytes: t.capacity_bytes,
+            free_bytes: t.free_bytes,
+        })
+        .collect();
     let tier_of: BTreeMap<u8, u8> = nodes.iter().map(|n| (n.node, n.tier)).collect();
     let mut contexts: Vec<ContextObs> = Vec::new();
     let mut objects: Vec<ObjectObs> = Vec::new();
