@@ -143,7 +143,7 @@ $(BUILD)/preload/test_stress_libc: libstrata/tests/test_stress.c libstrata/tests
 	$(CC) $(CFLAGS) -DUSE_LIBC $< -o $@
 $(BUILD)/preload/hot_writer: tests/preload/hot_writer.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@
+	$(CC) $(CFLAGS) -rdynamic $< -o $@
 # (without frame pointers, as distributions build: the sites are seen through the unwind tables)
 $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
@@ -164,6 +164,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	@set -e; so=$(CURDIR)/$(BUILD)/libstrata.so; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so STRATA_UNWIND=dwarf $(BUILD)/preload/test_preload; \
+	LD_PRELOAD=$$so STRATA_TRACK_WRITES=0 $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_preload_cxx; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_stress_libc 4 300000; \
 	LD_PRELOAD=$$so STRATA_CONTEXTS=0 $(BUILD)/preload/test_stress_libc 2 100000; \

@@ -15,6 +15,10 @@
  * allocations go whose context has the default directive, or that have no context). All counters are 64-bit and updated with
  * relaxed atomics: a reader sees each field whole, not a consistent snapshot of all of them.
  * A Rust mirror lives in crates/strata-sys (checked against this file by a test).
+ *
+ * A process announces itself to a running daemon when it makes its region: it connects to the
+ * daemon's socket (STRATA_DAEMON_SOCKET, default /run/strata/stratad.sock) and writes one line,
+ * {"op":"hello","pid":N}. Nothing depends on it: a daemon also finds regions by looking.
  */
 #ifndef STRATA_CHANNEL_H
 #define STRATA_CHANNEL_H
@@ -22,9 +26,27 @@
 #include <stdint.h>
 
 #define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
-#define STRATA_CHANNEL_VERSION 2
+#define STRATA_CHANNEL_VERSION 3
+#define STRATA_DAEMON_SOCKET_DEFAULT "/run/strata/stratad.sock"
 #define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
 #define STRATA_OBJECT_RECORD_MAX ((uint64_t)64 << 20) /* large objects split in 64 MiB records */
+
+/* priority values (STRATA_PRIORITY): a process's claim on the fast tier, higher first; any
+ * integer in [STRATA_PRIORITY_MIN, STRATA_PRIORITY_MAX] */
+#define STRATA_PRIORITY_LOW (-10)
+#define STRATA_PRIORITY_NORMAL 0
+#define STRATA_PRIORITY_HIGH 10
+#define STRATA_PRIORITY_MIN (-1000)
+#define STRATA_PRIORITY_MAX 1000
+
+/* tracking bits: how a daemon can observe this process's memory from outside */
+enum {
+  /* Strata's memory (segments and large mappings) is registered with this process's
+   * userfaultfd for asynchronous write-protect (Linux 6.7+): a daemon finds the pages written
+   * since its last scan with PAGEMAP_SCAN on /proc/PID/pagemap (PM_SCAN_WP_MATCHING), which
+   * also protects them again */
+  STRATA_TRACKING_WP_ASYNC = 1,
+};
 
 /* directive values: where a context's new objects go */
 enum {
@@ -50,6 +72,8 @@ typedef struct strata_channel_header_s {
   uint64_t contexts_dropped;  /* allocations whose context did not fit in the table */
   uint64_t objects_dropped;   /* tracked objects that did not fit in objects[] */
   int32_t default_directive;  /* STRATA_DIRECTIVE_*: the process's default; the daemon may rewrite it */
+  int32_t priority;           /* STRATA_PRIORITY: the process's own claim (a daemon may override it) */
+  uint32_t tracking;          /* STRATA_TRACKING_* bits */
   uint32_t reserved;
 } strata_channel_header_t;
 

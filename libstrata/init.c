@@ -37,6 +37,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   fork_parent();
+  _strata_track_forget();
   if (atomic_load(&_strata_contexts_on)) _strata_channel_forget(); /* the parent's, not ours */
 }
 

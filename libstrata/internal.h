@@ -137,7 +137,8 @@ struct strata_arena_s {
 typedef enum option_id_e {
   OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT_COLOUR,
   OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
-  OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT__COUNT
+  OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT_PRIORITY, OPT_TRACK_WRITES, OPT_DAEMON_SOCKET,
+  OPT__COUNT
 } option_id_t;
 enum { UNWIND_CACHED = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
@@ -165,7 +166,9 @@ void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
   X(tier_clamped, "count", "tier(n) requests beyond the last tier (clamped)")            \
   X(bind_calls, "count", "ranges bound to a tier through the machine")                   \
   X(bind_failed, "count", "bind requests the machine refused")                           \
-  X(purged_bytes, "bytes", "bytes returned to the OS from live segments")
+  X(purged_bytes, "bytes", "bytes returned to the OS from live segments")                \
+  X(track_ranges, "count", "ranges registered for a daemon's write tracker")             \
+  X(track_failed, "count", "ranges the write tracker's registration refused")
 
 typedef struct stats_s {
 #define X(name, unit, doc) _Atomic int64_t name;
@@ -336,6 +339,7 @@ int32_t _strata_process_directive(void);
  * message), before and when the channel is made. */
 void _strata_process_directive_init(void);
 int _strata_parse_directive(const char *s, int32_t *out); /* 0, or -1 */
+int _strata_parse_priority(const char *s, int32_t *out);  /* 0, or -1 */
 void _strata_untrack(uint32_t first, const void *p);
 
 /* ---- context/context.c, rules.c, report.c: allocation contexts -------------------------- */
@@ -372,6 +376,12 @@ void *_strata_prim_map(size_t size, size_t align);  /* zeroed, aligned; NULL on 
 void _strata_prim_unmap(void *p, size_t size);
 void _strata_prim_purge(void *p, size_t size);
 void *_strata_prim_remap(void *p, size_t old_size, size_t new_size, void *to); /* NULL: failed */
+
+/* ---- machine/track.c: write tracking for a daemon (userfaultfd asynchronous write-protect) */
+
+void _strata_track_range(void *p, size_t len);   /* seg lock held: a new segment or mapping */
+uint32_t _strata_track_start(void);              /* no lock held: STRATA_TRACKING_* bits */
+void _strata_track_forget(void);                 /* fork child: the parent's userfaultfd */
 
 /* ---- machine/topo.c -------------------------------------------------------------------- */
 

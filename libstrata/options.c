@@ -65,6 +65,19 @@ static const option_t options[OPT__COUNT] = {
                    NULL},
     [OPT_REPORT] = {"report", T_STRING, 0, "path",
                     "preload: write the per-context report here at exit (%p = pid)", NULL},
+    [OPT_PRIORITY] = {"priority", T_STRING, 0, "priority",
+                      "preload: the process's claim on the fast tier for a daemon (high, normal, "
+                      "low, or -1000..1000; unset: normal); higher is promoted first, demoted last",
+                      NULL},
+    [OPT_TRACK_WRITES] = {"track_writes", T_BOOL, 1, "bool",
+                          "preload: register Strata's memory for a daemon's write tracker "
+                          "(userfaultfd asynchronous write-protect, Linux 6.7+); nothing is "
+                          "protected until a daemon scans",
+                          NULL},
+    [OPT_DAEMON_SOCKET] = {"daemon_socket", T_STRING, 0, "path",
+                           "preload: the daemon's control socket, told of this process when it "
+                           "makes its channel (unset: /run/strata/stratad.sock)",
+                           NULL},
 };
 
 static _Atomic int64_t values[OPT__COUNT];

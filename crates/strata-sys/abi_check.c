@@ -22,12 +22,15 @@ __attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, siz
       sizeof(strata_channel_header_t), F(strata_channel_header_t, version),
       F(strata_channel_header_t, pid), F(strata_channel_header_t, contexts_offset),
       F(strata_channel_header_t, objects_high), F(strata_channel_header_t, objects_dropped),
+      F(strata_channel_header_t, priority), F(strata_channel_header_t, tracking),
       sizeof(strata_context_t), F(strata_context_t, size_class), F(strata_context_t, directive),
       F(strata_context_t, allocs), F(strata_context_t, bytes_allocated),
       F(strata_context_t, nframes), F(strata_context_t, rule), F(strata_context_t, frames),
       sizeof(strata_object_t), F(strata_object_t, len), F(strata_object_t, context),
       F(strata_object_t, next),
       STRATA_CHANNEL_VERSION, STRATA_CONTEXT_FRAMES, STRATA_DIRECTIVE_TIER0,
+      STRATA_PRIORITY_HIGH, STRATA_PRIORITY_MAX, STRATA_TRACKING_WP_ASYNC,
+      sizeof(STRATA_DAEMON_SOCKET_DEFAULT) - 1,
   };
   size_t k = sizeof v / sizeof v[0];
   for (size_t i = 0; i < k && i < n; i++) out[i] = v[i];

@@ -129,6 +129,7 @@ static segment_t *segment_new(int pool) { /* seg lock held */
     if (i >= SEG_META_PAGES) s->free_map[i / 64] |= 1ull << (i % 64);
   for (size_t i = 0; i < SEG_META_PAGES; i++) s->pages[i].kind = PK_META;
   registry_set(s, SEG_SIZE, true);
+  _strata_track_range(s, SEG_SIZE);
   list_push(&pools[pool], s);
   STAT_ADD(segments, 1);
   STAT_ADD(segment_bytes, (int64_t)SEG_SIZE);
@@ -239,6 +240,7 @@ large_t *_strata_large_map(int pool, size_t size, size_t align) {
     l->map_size = map;
     l->data_off = off;
     registry_set(l, map, true);
+    _strata_track_range(l, map);
     STAT_ADD(large_objects, 1);
     STAT_ADD(large_bytes, (int64_t)map);
   }
@@ -262,6 +264,7 @@ large_t *_strata_large_grow(large_t *l, size_t size) {
     if (n != l) registry_set(l, old, false);
     registry_set(n, map, true);
     bind_range(pool, (char *)n + old, map - old); /* the new tail, before its first write */
+    _strata_track_range(n, map); /* mremap dropped the registration */
     n->map_size = map;
     STAT_ADD(large_bytes, (int64_t)(map - old));
   }

@@ -4,13 +4,18 @@
  *
  * The region is created on first use as /dev/shm/strata.<pid> and unlinked at once, so it
  * lives exactly as long as the process; where /dev/shm does not work it is private memory
- * and the process keeps its contexts to itself. */
+ * and the process keeps its contexts to itself. Once it exists, a running daemon is told
+ * (daemon_hello) and Strata's memory is offered to the daemon's write tracker (track.c). */
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define CONTEXT_CAPACITY ((uint64_t)1 << 16) /* tags are 16 bits */
@@ -69,9 +74,46 @@ static strata_channel_header_t *channel_create(void) {
   h->objects_offset = obj_off;
   h->objects_high = 1; /* slot 0 means "no record" */
   h->default_directive = initial_directive;
+  h->priority = STRATA_PRIORITY_NORMAL;
+  const char *prio = _strata_option_str(OPT_PRIORITY);
+  if (prio && _strata_parse_priority(prio, &h->priority))
+    _strata_message("strata: STRATA_PRIORITY='%s' is not a priority (high, normal, low, or %d..%d); "
+                    "keeping normal\n", prio, STRATA_PRIORITY_MIN, STRATA_PRIORITY_MAX);
   channel_size = size;
   object_free_head = 0;
   return h;
+}
+
+int _strata_parse_priority(const char *s, int32_t *out) {
+  if (!strcmp(s, "high")) *out = STRATA_PRIORITY_HIGH;
+  else if (!strcmp(s, "normal")) *out = STRATA_PRIORITY_NORMAL;
+  else if (!strcmp(s, "low")) *out = STRATA_PRIORITY_LOW;
+  else {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < STRATA_PRIORITY_MIN || v > STRATA_PRIORITY_MAX) return -1;
+    *out = (int32_t)v;
+  }
+  return 0;
+}
+
+/* Tell a running daemon that this process has a channel: one line on its socket. Nothing
+ * waits: no daemon (no socket, nobody listening, a full backlog) costs a failed connect. */
+static void daemon_hello(long pid) {
+  const char *path = _strata_option_str(OPT_DAEMON_SOCKET);
+  if (!path) path = STRATA_DAEMON_SOCKET_DEFAULT;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path) return;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "{\"op\":\"hello\",\"pid\":%ld}\n", pid);
+    if (write(fd, line, (size_t)n) == n) _strata_message("strata: told the daemon at %s\n", path);
+  }
+  close(fd);
 }
 
 strata_channel_header_t *_strata_channel(void) {
@@ -79,11 +121,17 @@ strata_channel_header_t *_strata_channel(void) {
   if (likely(h)) return h;
   pthread_mutex_lock(&channel_lock);
   h = atomic_load(&channel);
+  bool made = false;
   if (!h) {
     h = channel_create();
     atomic_store_explicit(&channel, h, memory_order_release);
+    made = h != NULL;
   }
   pthread_mutex_unlock(&channel_lock);
+  if (made) { /* outside the channel lock: tracking takes the seg lock, which nests outside it */
+    __atomic_store_n(&h->tracking, _strata_track_start(), __ATOMIC_RELAXED);
+    if (channel_fd >= 0) daemon_hello((long)h->pid);
+  }
   return h;
 }
 

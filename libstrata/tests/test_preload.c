@@ -11,10 +11,84 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static int (*owns)(const void *);
+
+/* ---- write tracking (machine/track.c), seen as a daemon sees it: PAGEMAP_SCAN ---------- */
+
+/* Linux 6.7's uapi (linux/fs.h), absent from older headers */
+#define PAGE_IS_WRITTEN (1 << 1)
+#define PM_SCAN_WP_MATCHING (1 << 0)
+#define PM_SCAN_CHECK_WPASYNC (1 << 1)
+struct page_region { uint64_t start, end, categories; };
+struct pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+
+/* Pages of [p, p+len) written since the last call (which protects them again); -1 with errno
+ * EPERM when the range is not registered for asynchronous write-protect. */
+static long written_pages(const void *p, size_t len) {
+  static struct page_region vec[64];
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  struct pm_scan_arg a = {.size = sizeof a, .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                          .start = (uintptr_t)p, .end = (uintptr_t)p + len, .vec = (uintptr_t)vec,
+                          .vec_len = 64, .category_mask = PAGE_IS_WRITTEN, .return_mask = PAGE_IS_WRITTEN};
+  long n = ioctl(fd, PAGEMAP_SCAN, &a);
+  int e = errno;
+  close(fd);
+  errno = e;
+  if (n < 0) return -1;
+  long pages = 0;
+  for (long i = 0; i < n; i++) pages += (long)((vec[i].end - vec[i].start) / 4096);
+  return pages;
+}
+
+/* Whether this kernel offers asynchronous write-protect (6.7+). */
+static int kernel_has_wp_async(void) {
+  int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | 1 /* UFFD_USER_MODE_ONLY */);
+  if (fd < 0) return 0;
+  struct uffdio_api api = {.api = UFFD_API, .features = (1 << 15) /* WP_ASYNC */};
+  int ok = ioctl(fd, UFFDIO_API, &api) == 0;
+  close(fd);
+  return ok;
+}
+
+/* A daemon sees exactly the pages written since its last scan of a medium object (a run in a
+ * segment) and of a large one (a mapping of its own); with STRATA_TRACK_WRITES=0, or on a
+ * kernel without asynchronous write-protect, nothing is registered. */
+static void check_write_tracking(const char *who) {
+  const char *opt = getenv("STRATA_TRACK_WRITES");
+  int expect = kernel_has_wp_async() && !(opt && !strcmp(opt, "0"));
+  size_t sizes[] = {64 * 1024, 3 << 20};
+  for (int k = 0; k < 2; k++) {
+    char *p = malloc(sizes[k]);
+    memset(p, 1, sizes[k]);
+    long first = written_pages(p, sizes[k]);
+    if (!expect) {
+      CHECK(first == -1 && errno == EPERM);
+      free(p);
+      continue;
+    }
+    if (first < 0) fprintf(stderr, "%s: PAGEMAP_SCAN: %s\n", who, strerror(errno));
+    CHECK(first == (long)(sizes[k] / 4096));        /* every page was written */
+    CHECK(written_pages(p, sizes[k]) == 0);         /* ...and is protected again */
+    p[5 * 4096] = 2;
+    p[9 * 4096 + 100] = 2;
+    volatile char r = p[11 * 4096];                 /* a read is not a write */
+    (void)r;
+    CHECK(written_pages(p, sizes[k]) == 2);
+    CHECK(p[5 * 4096] == 2 && p[9 * 4096 + 100] == 2 && p[6 * 4096] == 1); /* nothing lost */
+    free(p);
+  }
+}
 
 static void *thread_allocs(void *arg) {
   void **keep = arg;
@@ -144,5 +218,27 @@ int main(void) {
   }
   stop = 1;
   pthread_join(t, NULL);
+
+  check_write_tracking("parent");
+  /* a fork child registers its copy of the parent's memory again, with its own userfaultfd */
+  char *inherited = malloc(256 * 1024);
+  memset(inherited, 7, 256 * 1024);
+  pid_t pid = fork();
+  if (pid == 0) {
+    free(malloc(4321)); /* a new context: the child makes its channel */
+    check_write_tracking("child");
+    const char *opt = getenv("STRATA_TRACK_WRITES");
+    if (kernel_has_wp_async() && !(opt && !strcmp(opt, "0"))) {
+      CHECK(written_pages(inherited, 256 * 1024) >= 0); /* registered in the child too */
+      inherited[4096] = 8;
+      CHECK(written_pages(inherited, 256 * 1024) == 1);
+    }
+    _exit(check_failed ? 4 : 0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(inherited[4096] == 7); /* the child's write stayed in the child */
+  free(inherited);
   return check_done("test_preload");
 }

@@ -82,7 +82,14 @@ pub struct strata_topology_t {
 // ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
 
 pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
-pub const STRATA_CHANNEL_VERSION: u32 = 2;
+pub const STRATA_CHANNEL_VERSION: u32 = 3;
+pub const STRATA_DAEMON_SOCKET_DEFAULT: &str = "/run/strata/stratad.sock";
+pub const STRATA_PRIORITY_LOW: i32 = -10;
+pub const STRATA_PRIORITY_NORMAL: i32 = 0;
+pub const STRATA_PRIORITY_HIGH: i32 = 10;
+pub const STRATA_PRIORITY_MIN: i32 = -1000;
+pub const STRATA_PRIORITY_MAX: i32 = 1000;
+pub const STRATA_TRACKING_WP_ASYNC: u32 = 1;
 pub const STRATA_CONTEXT_FRAMES: usize = 16;
 pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
 pub const STRATA_DIRECTIVE_FAST: i32 = 1;
@@ -107,6 +114,8 @@ pub struct strata_channel_header_t {
     pub contexts_dropped: u64,
     pub objects_dropped: u64,
     pub default_directive: i32,
+    pub priority: i32,
+    pub tracking: u32,
     pub reserved: u32,
 }
 
@@ -201,6 +210,8 @@ mod tests {
             offset_of!(strata_channel_header_t, contexts_offset),
             offset_of!(strata_channel_header_t, objects_high),
             offset_of!(strata_channel_header_t, objects_dropped),
+            offset_of!(strata_channel_header_t, priority),
+            offset_of!(strata_channel_header_t, tracking),
             size_of::<strata_context_t>(),
             offset_of!(strata_context_t, size_class),
             offset_of!(strata_context_t, directive),
@@ -216,6 +227,10 @@ mod tests {
             STRATA_CHANNEL_VERSION as usize,
             STRATA_CONTEXT_FRAMES,
             STRATA_DIRECTIVE_TIER0 as usize,
+            STRATA_PRIORITY_HIGH as usize,
+            STRATA_PRIORITY_MAX as usize,
+            STRATA_TRACKING_WP_ASYNC as usize,
+            STRATA_DAEMON_SOCKET_DEFAULT.len(),
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };

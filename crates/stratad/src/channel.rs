@@ -7,13 +7,13 @@
 //! atomics), not as a consistent snapshot.
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use strata_policy::{ContextObs, Directive, ObjectObs};
 use strata_sys::{
     strata_channel_header_t as Header, strata_context_t as Context, strata_object_t as Object, STRATA_CHANNEL_MAGIC,
     STRATA_CHANNEL_VERSION, STRATA_DIRECTIVE_DEFAULT, STRATA_DIRECTIVE_FAST, STRATA_DIRECTIVE_SLOW,
-    STRATA_DIRECTIVE_TIER0,
+    STRATA_DIRECTIVE_TIER0, STRATA_TRACKING_WP_ASYNC,
 };
 
 /// Why a channel could not be used.
@@ -201,6 +201,21 @@ impl Channel {
         directive_of(unsafe { (*(self.base.add(o) as *const AtomicI32)).load(Ordering::Relaxed) })
     }
 
+    /// The priority the process claims (STRATA_PRIORITY).
+    pub fn priority(&self) -> i32 {
+        let o = std::mem::offset_of!(Header, priority);
+        unsafe { (*(self.base.add(o) as *const AtomicI32)).load(Ordering::Relaxed) }
+    }
+
+    /// Whether the process registered Strata's memory for asynchronous write-protect, so a
+    /// scan with PAGEMAP_SCAN sees its writes (STRATA_TRACKING_WP_ASYNC). Read every time: the
+    /// process sets it just after making the channel.
+    pub fn wp_async(&self) -> bool {
+        let o = std::mem::offset_of!(Header, tracking);
+        let bits = unsafe { (*(self.base.add(o) as *const AtomicU32)).load(Ordering::Relaxed) };
+        bits & STRATA_TRACKING_WP_ASYNC != 0
+    }
+
     /// Set context `index`'s directive (where its next allocations go); index 0 sets the
     /// process's default (for contexts with the default directive and allocations without one).
     pub fn set_directive(&self, index: u32, d: Directive) -> bool {
@@ -242,6 +257,8 @@ mod tests {
             contexts_dropped: 0,
             objects_dropped: 0,
             default_directive: STRATA_DIRECTIVE_DEFAULT,
+            priority: 10,
+            tracking: STRATA_TRACKING_WP_ASYNC,
             reserved: 0,
         };
         edit(&mut h);
@@ -285,6 +302,7 @@ mod tests {
         c.objects(&mut objects);
         let got: Vec<_> = objects.iter().map(|o| (o.addr, o.context)).collect();
         assert_eq!(got, vec![(0x10000, 3), (0x20000, 5)], "in address order");
+        assert_eq!((c.priority(), c.wp_async()), (10, true));
         assert!(c.set_directive(5, Directive::Fast));
         assert!(!c.set_directive(8, Directive::Fast), "outside the table");
         assert!(c.set_directive(0, Directive::Fast), "the process's default");
