@@ -1,37 +1,17 @@
-//! The configuration file: one TOML block per component, units in field names, unknown
-//! fields rejected. See examples/strata.toml.
+//! The configuration file (`strata --config FILE`): one TOML file with a block per component,
+//! units in field names, unknown fields rejected, every error with its key and line. It is
+//! stratad's configuration ([`stratad::Config`]): the topology, the engine's blocks, the
+//! policies' tables and the daemon's. examples/strata.toml documents every key.
 use std::path::Path;
 
-use anyhow::Context;
-use serde::Deserialize;
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
-    #[serde(default)]
-    pub topology: TopologyConfig,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TopologyConfig {
-    /// Tier override, fastest first, in the STRATA_TIERS syntax: "0;1", "0,2;1,3".
-    pub tiers: Option<String>,
-    /// Read sysfs from here instead of /sys (fixture trees, dry runs).
-    pub sysfs: Option<String>,
-}
-
-/// Read the file (if any) and hand its settings to libstrata, which reads them as
-/// STRATA_* variables on first use. The environment wins over the file.
-pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
-    let Some(path) = path else {
-        return Ok(Config::default());
-    };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg: Config = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
+/// Read the file (if any) and hand its topology to libstrata, which reads it as STRATA_TIERS
+/// and STRATA_SYSFS on first use. The environment wins over the file.
+pub fn load(path: Option<&Path>) -> anyhow::Result<Option<stratad::Config>> {
+    let Some(path) = path else { return Ok(None) };
+    let (cfg, _policy) = stratad::Config::load_with(path, None)?;
     set_default_env("STRATA_TIERS", cfg.topology.tiers.as_deref());
     set_default_env("STRATA_SYSFS", cfg.topology.sysfs.as_deref());
-    Ok(cfg)
+    Ok(Some(cfg))
 }
 
 /// Set a STRATA_* variable for this process (and its children) unless already set.
@@ -48,16 +28,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_fields_are_errors() {
-        assert!(toml::from_str::<Config>("[topology]\ntiers = \"0;1\"\n").is_ok());
-        assert!(toml::from_str::<Config>("[topology]\ntier = \"0;1\"\n").is_err());
-        assert!(toml::from_str::<Config>("[nonsense]\n").is_err());
-    }
-
-    #[test]
-    fn the_example_config_parses() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/strata.toml");
-        let text = std::fs::read_to_string(p).unwrap();
-        toml::from_str::<Config>(&text).unwrap();
+    fn unknown_fields_are_errors_with_their_line() {
+        let dir = std::env::temp_dir().join(format!("strata-cli-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "[topology]\ntiers = \"0;1\"\n").unwrap();
+        assert!(load(Some(&good)).unwrap().is_some());
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[topology]\ntier = \"0;1\"\n").unwrap();
+        let e = load(Some(&bad)).unwrap_err().to_string();
+        assert!(e.contains("tier") && e.contains("line 2"), "{e}");
+        std::fs::write(&bad, "[nonsense]\n").unwrap();
+        assert!(load(Some(&bad)).is_err());
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,84 +1,82 @@
-//! `strata daemon`: the live tiering daemon, in the foreground. It finds the processes running
-//! under Strata (their channels), runs a policy of the engine on them every period, and moves
-//! their pages with move_pages(2); `--probe` prints which access trackers this machine offers.
+//! `strata daemon`: the live tiering daemon, in the foreground. It manages the processes
+//! running under Strata (found by their channels, or announcing themselves on its socket) and
+//! those attached with `strata attach`, runs a policy of the engine on them every period,
+//! shares the fast tier between them by priority, and moves their pages with move_pages(2).
+//! SIGHUP reads the configuration again; `--probe` prints which access trackers this machine
+//! offers.
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use strata_util::size::format as bytes;
 
 use crate::output::{emit, emit_json};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print the trackers a daemon could use on this machine (available, and why or why not)
+    /// Print the trackers a daemon could use on this machine (available, used, and why or why not)
     #[arg(long)]
     probe: bool,
-    /// The policy (ambix: pages by accessed/dirty bits; others as in docs/tiering.md). Policies
-    /// that need LLC-miss samples are refused on machines without a PMU
-    #[arg(long, default_value = "ambix")]
-    policy: String,
-    /// The engine's configuration (TOML; examples/engine.toml documents every key)
-    #[arg(long, value_name = "FILE")]
-    policy_config: Option<PathBuf>,
+    /// The policy [default: the configuration's daemon.policy, ambix]. Policies that need
+    /// LLC-miss samples are refused on machines without a PMU
+    #[arg(long)]
+    policy: Option<String>,
     /// A round every this many ms [default: the configuration's scanner.period_ms, 1000]
     #[arg(long)]
     period_ms: Option<f64>,
+    /// The control socket [default: the configuration's daemon.socket, /run/strata/stratad.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     /// Stop after this many rounds (else at SIGINT or SIGTERM)
     #[arg(long)]
     rounds: Option<u64>,
     /// JSON: with --probe the trackers, else the statistics at exit
     #[arg(long)]
     json: bool,
-    /// Where the daemon writes its statistics after every round, for `strata stats`
-    #[arg(long, value_name = "FILE", default_value = stratad::status::STATE_FILE)]
-    state: PathBuf,
     /// No progress lines on stderr
     #[arg(short, long)]
     quiet: bool,
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     if a.probe {
         return probe(a.json);
     }
-    let mut cfg = match &a.policy_config {
-        Some(p) => stratad::Config::load(p, &a.policy)?,
-        None => stratad::Config::parse("", &a.policy)?,
+    let options = stratad::daemon::Options {
+        config: config.map(Path::to_path_buf),
+        policy: a.policy,
+        period_ms: a.period_ms,
+        socket: a.socket,
+        rounds: a.rounds,
     };
-    if let Some(ms) = a.period_ms {
-        cfg.scanner.period_ms = ms;
-        cfg.check(&a.policy)?;
-    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload))?;
     let mut said = Instant::now();
     let start = Instant::now();
-    let mut state_failed = false;
-    let stats = stratad::daemon::run(&a.policy, cfg, &stop, a.rounds, |s, m| {
-        if let Err(e) = stratad::status::write_state(&a.state, s) {
-            if !state_failed {
-                eprintln!("[daemon] cannot write {} ({e}); strata stats will not see this daemon", a.state.display());
-                state_failed = true;
-            }
-        }
-        if !a.quiet && (s.rounds == 1 || said.elapsed() >= Duration::from_secs(10)) {
+    let quiet = a.quiet;
+    let stats = stratad::daemon::run(options, &stop, &reload, |s| {
+        let st = &s.stats;
+        if !quiet && (st.rounds == 1 || said.elapsed() >= Duration::from_secs(10)) {
             said = Instant::now();
             eprintln!(
-                "[daemon] {:.0} s, round {}: {} processes, {} pages scanned, {:.1} MiB promoted, {:.1} MiB demoted, {} refused",
+                "[daemon] {:.0} s, round {}: {} processes, {} pages scanned, {} promoted, {} demoted, {:.1} MB/s, {} refused",
                 start.elapsed().as_secs_f64(),
-                s.rounds,
-                m.processes().len(),
-                s.pages_scanned,
-                s.promoted_bytes as f64 / (1 << 20) as f64,
-                s.demoted_bytes as f64 / (1 << 20) as f64,
-                s.refused_pages.values().sum::<u64>()
+                st.rounds,
+                s.processes.len(),
+                st.pages_scanned,
+                bytes(st.promoted_bytes),
+                bytes(st.demoted_bytes),
+                s.migration_rate_mbps,
+                st.refused_pages.values().sum::<u64>()
             );
         }
     })?;
-    let _ = std::fs::remove_file(&a.state);
     if stop.load(Ordering::Relaxed) && !a.quiet {
         eprintln!("[daemon] stopped; the programs keep their pages where they are");
     }
@@ -89,10 +87,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let _ = writeln!(s, "pages scanned {}, full scans {}", stats.pages_scanned, stats.full_scans);
     let _ = writeln!(
         s,
-        "promoted {} pages, demoted {}, migrated {:.1} MiB",
+        "promoted {} pages, demoted {}, migrated {}",
         stats.promoted_pages,
         stats.demoted_pages,
-        stats.migrated_bytes as f64 / (1 << 20) as f64
+        bytes(stats.migrated_bytes)
     );
     for (why, n) in &stats.refused_pages {
         let _ = writeln!(s, "refused {n} pages: {why}");
@@ -106,9 +104,18 @@ fn probe(json: bool) -> anyhow::Result<()> {
         return emit_json(&trackers);
     }
     let mut s = String::from("Trackers on this machine (tried on this process's own memory):\n\n");
+    let _ = writeln!(s, "{:<13} {:<9} {:<5} sees", "tracker", "available", "used");
     for t in &trackers {
-        let _ = writeln!(s, "{:<13} {:<3} {}", t.name, if t.available { "yes" } else { "no" }, t.sees);
-        let _ = writeln!(s, "{:<17} {}", "", t.reason);
+        let used = if !t.used {
+            "no"
+        } else if t.available {
+            "yes"
+        } else {
+            "-"
+        };
+        let _ = writeln!(s, "{:<13} {:<9} {:<5} {}", t.name, if t.available { "yes" } else { "no" }, used, t.sees);
+        let _ = writeln!(s, "{:<29} {}", "", t.reason);
     }
+    s += "\n(used: the daemon tracks with it where it is available; the others are probed only)\n";
     emit(&s)
 }

@@ -68,7 +68,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     policy: Option<String>,
     /// The engine's configuration: scanner, mover, the policy's parameters (TOML;
-    /// examples/engine.toml documents every key)
+    /// examples/strata.toml documents every key)
     #[arg(long, value_name = "FILE", requires = "policy")]
     policy_config: Option<std::path::PathBuf>,
     #[command(flatten)]

@@ -2,11 +2,13 @@
 //!
 //! Exit codes: 0 success, 1 an error (the message says what), 2 a usage error. A closed
 //! output pipe (`strata topo | head -1`) ends the command quietly with 0.
+mod attach;
 mod bench;
 mod config;
 mod daemon;
 mod emu;
 mod kv;
+mod metrics;
 mod output;
 mod run;
 mod stats;
@@ -36,12 +38,16 @@ Examples:
   strata bench summary             the saved runs in bench/results, as tables
   strata daemon --probe            the access trackers this kernel and hardware offer
   strata daemon --policy ambix     move the pages of every process under Strata
-  strata stats --watch 2           tiers, processes, contexts, objects, the daemon's moves";
+  strata run --priority high -- ./server   a program whose hot data the daemon promotes first
+  strata attach 1234 --priority low        hand a running process to the daemon
+  strata stats --watch 2           tiers, processes, contexts, objects, the daemon's moves
+  strata stats --metrics 127.0.0.1:9464    the same for Prometheus";
 
 #[derive(Parser)]
 #[command(name = "strata", version, about = "Place and move memory across memory tiers", after_help = AFTER_HELP)]
 struct Cli {
-    /// Configuration file (TOML), e.g. examples/strata.toml; unknown fields are errors
+    /// Configuration file (TOML): topology, the engine, the policies, the daemon and its
+    /// process rules; examples/strata.toml documents every key. Unknown keys are errors
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
     #[command(subcommand)]
@@ -66,22 +72,25 @@ enum Command {
     /// A two-tier Linux guest in QEMU (fast node + CPU-less slow node) for end-to-end tests
     #[command(subcommand)]
     Vm(vm::Command),
-    /// The live tiering daemon (foreground): finds processes under Strata, moves their pages
+    /// The live tiering daemon (foreground): manages processes under Strata, moves their pages
     Daemon(daemon::Args),
+    /// Hand a running process to the daemon, set its priority, or let it go
+    Attach(attach::Args),
     /// Tiers, processes under Strata (bytes per tier), top contexts and objects, the daemon's moves
     Stats(stats::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
-    let result = config::load(cli.config.as_deref()).and_then(|cfg| match cli.command {
-        Command::Topo(a) => topo::run(a, &cfg).map(|()| 0),
+    let result = config::load(cli.config.as_deref()).and_then(|_| match cli.command {
+        Command::Topo(a) => topo::run(a).map(|()| 0),
         Command::Bench(b) => bench::run(b).map(|()| 0),
         Command::Run(a) => run::run(a),
         Command::Kv(k) => kv::run(k),
         Command::Vm(v) => vm::run(v),
         Command::Emu(e) => emu::run(e),
-        Command::Daemon(a) => daemon::run(a).map(|()| 0),
+        Command::Daemon(a) => daemon::run(a, cli.config.as_deref()).map(|()| 0),
+        Command::Attach(a) => attach::run(a).map(|()| 0),
         Command::Stats(a) => stats::run(a).map(|()| 0),
     });
     match result {

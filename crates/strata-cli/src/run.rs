@@ -32,6 +32,10 @@ pub struct Args {
     /// Do not track allocation contexts (Strata's allocator only)
     #[arg(long)]
     no_contexts: bool,
+    /// The program's claim on the fast tier, for a running daemon: high, normal, low or
+    /// -1000..1000 (higher is promoted first and demoted last; STRATA_PRIORITY)
+    #[arg(long, value_parser = stratad::config::parse_priority, allow_hyphen_values = true)]
+    priority: Option<i32>,
     /// libstrata.so to preload (default: $STRATA_LIB, next to this binary, or build/)
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
@@ -76,6 +80,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.no_contexts {
         cmd.env("STRATA_CONTEXTS", "0");
+    }
+    if let Some(p) = a.priority {
+        cmd.env("STRATA_PRIORITY", p.to_string());
     }
     let dir = std::env::temp_dir().join(format!("strata-run-{}", std::process::id()));
     if a.report {

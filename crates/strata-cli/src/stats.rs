@@ -1,12 +1,13 @@
 //! `strata stats`: the tiers, the processes under Strata with their bytes on each tier (from
-//! the kernel's numa_maps), their top contexts and objects, and the running daemon's
-//! statistics (from its state file).
+//! the kernel's numa_maps), their top contexts and objects, and the running daemon's status
+//! (priorities, trackers, shares, moves; asked over its socket). `--metrics ADDR` serves the
+//! same as Prometheus metrics instead.
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use strata_util::size::format as bytes;
-use stratad::status::{gather, Status, STATE_FILE};
+use stratad::status::{gather, Status};
 
 use crate::output::{emit, emit_json};
 
@@ -21,18 +22,25 @@ pub struct Args {
     /// How many contexts and objects to list
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// The daemon's state file
-    #[arg(long, value_name = "FILE", default_value = STATE_FILE)]
-    state: PathBuf,
+    /// The daemon's control socket
+    #[arg(long, value_name = "PATH", default_value = strata_sys::STRATA_DAEMON_SOCKET_DEFAULT)]
+    socket: PathBuf,
+    /// Serve the same as Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)
+    /// until interrupted, instead of printing
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["json", "watch"])]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.watch.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
         anyhow::bail!("--watch takes a positive number of seconds");
     }
+    if let Some(addr) = a.metrics {
+        return crate::metrics::serve(addr, a.socket, a.top);
+    }
     let mut m = stratad::linux::Linux::new();
     loop {
-        let s = gather(&mut m, &a.state, a.top);
+        let s = gather(&mut m, &a.socket, a.top);
         if a.json {
             emit_json(&s)?;
         } else {
@@ -57,12 +65,18 @@ fn table(s: &Status) -> String {
             bytes(x.capacity_bytes)
         );
     }
-    let _ = writeln!(t, "processes under Strata: {}", s.processes.len());
+    let _ = writeln!(t, "processes: {}", s.processes.len());
     for p in &s.processes {
         let tiers: Vec<String> = p.tier_bytes.iter().map(|(k, v)| format!("tier {k} {}", bytes(*v))).collect();
+        let managed = match (p.priority, p.tracker) {
+            (Some(prio), Some(tr)) => {
+                format!(", priority {prio}, tracker {}", serde_json::to_value(tr).unwrap_or_default())
+            }
+            _ => String::new(),
+        };
         let _ = writeln!(
             t,
-            "  {:>7} {:<16} {}; {} contexts, {} objects ({})",
+            "  {:>7} {:<16} {}; {} contexts, {} objects ({}){managed}",
             p.pid,
             p.command,
             tiers.join(", "),
@@ -100,22 +114,56 @@ fn table(s: &Status) -> String {
             );
         }
     }
-    match &s.daemon {
-        Some(d) => {
-            let st = &d.stats;
-            let _ = writeln!(
-                t,
-                "daemon {} ({}): {} rounds, {} pages scanned, promoted {}, demoted {}, refused {:?}",
-                d.pid,
-                st.policy,
-                st.rounds,
-                st.pages_scanned,
-                bytes(st.promoted_bytes),
-                bytes(st.demoted_bytes),
-                st.refused_pages
-            );
-        }
-        None => t += "no daemon running (strata daemon)\n",
+    let Some(d) = &s.daemon else {
+        t += "no daemon answers (strata daemon)\n";
+        return t;
+    };
+    let st = &d.stats;
+    let _ = writeln!(
+        t,
+        "daemon {} ({}, a round every {} ms, up {:.0} s): {} rounds, {} pages scanned",
+        d.pid, st.policy, d.period_ms, d.uptime_s, st.rounds, st.pages_scanned
+    );
+    let refused: u64 = st.refused_pages.values().sum();
+    let _ = writeln!(
+        t,
+        "  migrations: promoted {} ({} pages), demoted {} ({} pages), {:.1} MB/s over the last 10 s, {refused} pages refused {:?}",
+        bytes(st.promoted_bytes),
+        st.promoted_pages,
+        bytes(st.demoted_bytes),
+        st.demoted_pages,
+        d.migration_rate_mbps,
+        st.refused_pages
+    );
+    for g in &st.groups {
+        let _ = writeln!(
+            t,
+            "  fast-tier share, priority {} (pids {:?}): {} of which {} used",
+            g.priority,
+            g.pids,
+            bytes(g.share_bytes),
+            bytes(g.fast_bytes)
+        );
+    }
+    for p in &d.processes {
+        let health = match (&p.process.tracker_error, p.process.tracked_pages) {
+            (Some(e), _) => format!("failing: {e}"),
+            (None, Some(n)) => format!("{n} pages in its last pass"),
+            (None, None) => "no pass yet".into(),
+        };
+        let _ = writeln!(
+            t,
+            "  tracker {} for {} ({}): {health}",
+            serde_json::to_value(p.process.tracker).unwrap_or_default(),
+            p.process.pid,
+            p.process.command
+        );
+    }
+    for (pid, why) in &d.refused {
+        let _ = writeln!(t, "  process {pid}: channel refused: {why}");
+    }
+    if let Some(r) = &d.last_reload {
+        let _ = writeln!(t, "  last reload: {r}");
     }
     t
 }

@@ -5,7 +5,7 @@ use strata_emu::topology::{topology, Size};
 use strata_topo::Topology;
 use strata_util::size::{format as bytes, parse as parse_size};
 
-use crate::config::{set_default_env, Config};
+use crate::config::set_default_env;
 use crate::output::{emit, emit_json};
 
 #[derive(clap::Args)]
@@ -30,7 +30,7 @@ pub struct Args {
     sysfs: Option<String>,
 }
 
-pub fn run(a: Args, _cfg: &Config) -> anyhow::Result<()> {
+pub fn run(a: Args) -> anyhow::Result<()> {
     let topo = match &a.emulate {
         Some(p) => topology(p, Size { scale: a.scale, fast_bytes: a.fast_bytes })?,
         None => {

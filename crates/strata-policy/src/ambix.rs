@@ -198,7 +198,11 @@ impl Ambix {
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0) else { return Vec::new() };
         let slow: Tier = obs.tiers.iter().map(|t| t.tier).max().unwrap_or(1).max(1);
         let reserve = (fast.capacity_bytes as f64 * self.cfg.fast_free_fraction) as i64;
-        let mut room = fast.free_bytes as i64 - reserve;
+        // room: what is free, but never more than the tier's capacity less what these pages
+        // hold of it (the same on a machine of its own; less where the engine gives this
+        // policy a share of the fast tier that its pages overfill)
+        let own = self.pages.iter().filter(|(_, s)| s.tier == 0).count() as i64 * page as i64;
+        let mut room = (fast.free_bytes as i64).min(fast.capacity_bytes as i64 - own) - reserve;
         let mut budget = self.cfg.max_migrate_bytes as i64;
         let min_scans = self.cfg.min_scans;
         let eligible = |s: &PageState| s.scans >= min_scans;
@@ -348,8 +352,13 @@ mod tests {
 
         /// A round: the policy decides, the moves happen; the pages moved.
         fn round(&mut self, p: &mut Ambix) -> u64 {
+            let actions = p.decide(&self.obs());
+            self.apply(actions)
+        }
+
+        fn apply(&mut self, actions: Vec<Action>) -> u64 {
             let mut moved = 0;
-            for a in p.decide(&self.obs()) {
+            for a in actions {
                 let Action::Move { addr, len, to, .. } = a else { panic!("only moves") };
                 for i in addr / PAGE..(addr + len) / PAGE {
                     self.pages[i as usize].0 = to;
@@ -392,6 +401,21 @@ mod tests {
             w.round(&mut p);
         }
         assert_eq!(w.in_fast(0..100), 95);
+    }
+
+    #[test]
+    fn a_share_of_the_fast_tier_that_its_pages_overfill_is_drained_to_the_share_less_its_reserve() {
+        // the engine gives this policy 40 pages of a 100-page fast tier its 80 hot pages fill;
+        // the tier itself is full (other processes' pages)
+        let mut w = World { fast_pages: 100, slow_pages: 300, pages: vec![(0, true, false); 80] };
+        let mut p = Ambix::new(Config { min_scans: 1, ..Config::default() });
+        for _ in 0..5 {
+            let mut obs = w.obs();
+            obs.tiers[0] = TierObs { tier: 0, capacity_bytes: 40 * PAGE, free_bytes: 0 };
+            let actions = p.decide(&obs);
+            w.apply(actions);
+        }
+        assert_eq!(w.in_fast(0..80), 38);
     }
 
     #[test]

@@ -27,6 +27,8 @@ export PATH=/bin:/sbin:/usr/bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 # /dev/shm as every distribution has it: processes under Strata share their channel there
 mkdir -p /dev/shm; mount -t tmpfs shm /dev/shm
+# loopback, for servers the command starts (strata stats --metrics, strata kv serve)
+ip link set lo up
 fail() { echo "STRATA-VM-SETUP-FAILED: $*"; poweroff -f; }
 for m in device_dax dax_hmem kmem; do insmod /lib/modules/strata/$m.ko || fail "insmod $m"; done
 [ -e /sys/bus/dax/devices/dax0.0 ] || fail "no dax0.0: the soft-reserved range was not found (memmap)"

@@ -1,6 +1,10 @@
 //! The engine's configuration: one TOML file with a block per component, units in the field
-//! names, unknown fields refused (with their line). `examples/engine.toml` documents every key.
-use serde::{Deserialize, Serialize};
+//! names, unknown fields refused. Every error names its key and, when it comes from a file, its
+//! line. `examples/strata.toml` documents every key; emulated runs ignore `[daemon]` and
+//! `[[process]]`.
+use std::path::PathBuf;
+
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::Error;
 
@@ -8,6 +12,9 @@ use crate::Error;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// tiers and where to read sysfs (libstrata's STRATA_TIERS and STRATA_SYSFS, which win)
+    #[serde(default)]
+    pub topology: TopologyConfig,
     #[serde(default)]
     pub scanner: ScannerConfig,
     #[serde(default)]
@@ -17,6 +24,22 @@ pub struct Config {
     /// one table per policy, by name ([policy.ambix]); read by strata-policy
     #[serde(default)]
     pub policy: toml::Table,
+    /// the live daemon
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+    /// the live daemon's rules for processes, by command name ([[process]])
+    #[serde(default, rename = "process")]
+    pub processes: Vec<ProcessRule>,
+}
+
+/// The machine's tiers, where the kernel's own are not what should be used.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyConfig {
+    /// tier override, fastest first, in the STRATA_TIERS syntax: "0;1", "0,2;1,3"
+    pub tiers: Option<String>,
+    /// read sysfs from here instead of /sys (fixture trees, dry runs)
+    pub sysfs: Option<String>,
 }
 
 /// The A/D-bit scanner: how often, and how much of the address space a round.
@@ -66,11 +89,127 @@ impl Default for MoverConfig {
     }
 }
 
+/// The live daemon's own settings.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// the policy (`strata daemon --policy` wins)
+    pub policy: String,
+    /// the control socket: programs under Strata announce themselves here, `strata attach`
+    /// and `strata stats` talk to the daemon through it
+    pub socket: PathBuf,
+    /// the group allowed to use the socket besides root (none: root only)
+    pub socket_group: Option<String>,
+    /// how often every process's open files are searched for channels, ms (programs that
+    /// start while the daemon runs announce themselves at once)
+    pub discovery_ms: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> DaemonConfig {
+        DaemonConfig {
+            policy: "ambix".into(),
+            socket: PathBuf::from(strata_sys::STRATA_DAEMON_SOCKET_DEFAULT),
+            socket_group: None,
+            discovery_ms: 10_000,
+        }
+    }
+}
+
+/// What the daemon does with the processes whose command is `command`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessRule {
+    /// the process's command name (/proc/PID/comm)
+    pub command: String,
+    /// its priority (high, normal, low or a number in -1000..1000), over the one it claims
+    #[serde(default, deserialize_with = "priority_opt")]
+    pub priority: Option<i32>,
+    /// fast-tier bytes it may hold at most
+    pub max_fast_bytes: Option<u64>,
+}
+
+/// A priority by name or number: high 10, normal 0, low -10, or -1000..1000.
+pub fn parse_priority(s: &str) -> Result<i32, String> {
+    use strata_sys::{STRATA_PRIORITY_HIGH, STRATA_PRIORITY_LOW, STRATA_PRIORITY_MAX, STRATA_PRIORITY_MIN};
+    match s {
+        "high" => Ok(STRATA_PRIORITY_HIGH),
+        "normal" => Ok(0),
+        "low" => Ok(STRATA_PRIORITY_LOW),
+        n => match n.parse::<i32>() {
+            Ok(v) if (STRATA_PRIORITY_MIN..=STRATA_PRIORITY_MAX).contains(&v) => Ok(v),
+            _ => Err(format!(
+                "priority '{s}': not high, normal, low or a number in {STRATA_PRIORITY_MIN}..{STRATA_PRIORITY_MAX}"
+            )),
+        },
+    }
+}
+
+fn priority_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Name(String),
+        Number(i64),
+    }
+    let text = match Raw::deserialize(d)? {
+        Raw::Name(s) => s,
+        Raw::Number(n) => n.to_string(),
+    };
+    parse_priority(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// Where in the file a key is: its line (1-based), in `table` (`scanner`, `policy.ambix`, or
+/// the `nth` `[[process]]`).
+fn line_of(text: &str, table: &str, nth: usize, key: &str) -> Option<usize> {
+    let mut current = String::new();
+    let mut seen = 0usize;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.split('#').next().unwrap_or("").trim();
+        if let Some(name) = l.strip_prefix("[[").and_then(|r| r.strip_suffix("]]")) {
+            if name.trim() == table {
+                seen += 1;
+            }
+            current = format!("{}#{}", name.trim(), seen);
+        } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            current = name.trim().to_string();
+        } else if let Some((k, _)) = l.split_once('=') {
+            let here = current == table || current == format!("{table}#{}", nth + 1);
+            if here && k.trim().trim_matches('"') == key {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
+/// A check that failed: the key (in its table) and what is wrong.
+struct Bad {
+    table: String,
+    nth: usize,
+    key: String,
+    message: String,
+}
+
+impl Bad {
+    fn new(table: &str, key: &str, message: String) -> Bad {
+        Bad { table: table.into(), nth: 0, key: key.into(), message }
+    }
+    /// The error, with the key's line when the text of the file is known.
+    fn error(self, text: Option<&str>) -> Error {
+        let line = text.and_then(|t| line_of(t, &self.table, self.nth, &self.key));
+        Error::Config(match line {
+            Some(l) => format!("line {l}: {}", self.message),
+            None => self.message,
+        })
+    }
+}
+
 impl Config {
     /// Parse a configuration, checking every value and the policy's own table.
     pub fn parse(text: &str, policy: &str) -> Result<Config, Error> {
         let c: Config = toml::from_str(text).map_err(|e| Error::Config(e.to_string().trim().to_string()))?;
-        c.check(policy)?;
+        c.validate(policy).map_err(|b| b.error(Some(text)))?;
         Ok(c)
     }
 
@@ -83,29 +222,76 @@ impl Config {
         })
     }
 
+    /// Read a file whose own `daemon.policy` names the policy, unless `policy` is given;
+    /// returns the configuration and the policy, checked.
+    pub fn load_with(path: &std::path::Path, policy: Option<&str>) -> Result<(Config, String), Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let in_file = |e: Error| match e {
+            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+            e => e,
+        };
+        let c: Config = toml::from_str(&text).map_err(|e| in_file(Error::Config(e.to_string().trim().to_string())))?;
+        let policy = policy.map_or_else(|| c.daemon.policy.clone(), str::to_string);
+        c.validate(&policy).map_err(|b| in_file(b.error(Some(&text))))?;
+        Ok((c, policy))
+    }
+
+    /// Check every value (for a configuration made or changed in code).
     pub fn check(&self, policy: &str) -> Result<(), Error> {
+        self.validate(policy).map_err(|b| b.error(None))
+    }
+
+    fn validate(&self, policy: &str) -> Result<(), Bad> {
         if !(self.scanner.period_ms > 0.0 && self.scanner.period_ms.is_finite()) {
-            return Err(Error::Config(format!("scanner.period_ms must be positive, not {}", self.scanner.period_ms)));
+            let m = format!("scanner.period_ms must be positive, not {}", self.scanner.period_ms);
+            return Err(Bad::new("scanner", "period_ms", m));
         }
         if self.scanner.scan_bytes == 0 {
-            return Err(Error::Config("scanner.scan_bytes must be positive".into()));
+            return Err(Bad::new("scanner", "scan_bytes", "scanner.scan_bytes must be positive".into()));
         }
         if self.sampler.period_misses == 0 {
-            return Err(Error::Config("sampler.period_misses must be positive".into()));
+            return Err(Bad::new("sampler", "period_misses", "sampler.period_misses must be positive".into()));
         }
         if !(self.mover.rate_mbps > 0.0 && self.mover.rate_mbps.is_finite()) {
-            return Err(Error::Config(format!("mover.rate_mbps must be positive, not {}", self.mover.rate_mbps)));
+            let m = format!("mover.rate_mbps must be positive, not {}", self.mover.rate_mbps);
+            return Err(Bad::new("mover", "rate_mbps", m));
+        }
+        if self.daemon.discovery_ms == 0 {
+            return Err(Bad::new("daemon", "discovery_ms", "daemon.discovery_ms must be positive".into()));
+        }
+        for (i, r) in self.processes.iter().enumerate() {
+            let bad = |key: &str, message: String| Bad { table: "process".into(), nth: i, key: key.into(), message };
+            if r.command.is_empty() || r.command.len() > 15 {
+                let m =
+                    format!("process.command '{}' must be a command name of 1 to 15 bytes (/proc/PID/comm)", r.command);
+                return Err(bad("command", m));
+            }
+            if self.processes[..i].iter().any(|o| o.command == r.command) {
+                return Err(bad("command", format!("process.command '{}' has two rules", r.command)));
+            }
+            if r.max_fast_bytes == Some(0) {
+                return Err(bad("max_fast_bytes", "process.max_fast_bytes must be positive".into()));
+            }
         }
         for name in self.policy.keys() {
             if !strata_policy::POLICIES.contains(&name.as_str()) {
-                return Err(Error::Config(format!(
-                    "[policy.{name}]: no such policy (known: {})",
-                    strata_policy::POLICIES.join(", ")
-                )));
+                let m = format!("[policy.{name}]: no such policy (known: {})", strata_policy::POLICIES.join(", "));
+                return Err(Bad::new(&format!("policy.{name}"), "", m));
             }
         }
         // the chosen policy's table is checked by making it
-        self.make_policy(policy)?;
+        self.make_policy(policy).map_err(|e| {
+            let base = strata_policy::base_name(policy);
+            let message = e.to_string();
+            // the key the message names, if it is one of the table's
+            let key = self
+                .policy
+                .get(base)
+                .and_then(|v| v.as_table())
+                .and_then(|t| t.keys().find(|k| message.contains(k.as_str())).cloned())
+                .unwrap_or_default();
+            Bad::new(&format!("policy.{base}"), &key, message)
+        })?;
         Ok(())
     }
 
@@ -117,6 +303,11 @@ impl Config {
             return Err(Error::Config(format!("policy.{base} must be a table")));
         }
         Ok(strata_policy::create(name, table)?)
+    }
+
+    /// The rule for a command, if there is one.
+    pub fn rule(&self, command: &str) -> Option<&ProcessRule> {
+        self.processes.iter().find(|r| r.command == command)
     }
 }
 
@@ -137,22 +328,70 @@ mod tests {
         assert!(e.contains("policy.nosuch"), "{e}");
         let e = Config::parse("", "nosuch").unwrap_err().to_string();
         assert!(e.contains("no policy 'nosuch'"), "{e}");
+        let e =
+            Config::parse("[mover]\nrate_mbps = 10\n\n[scanner]\nperiod_ms = 0\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 5") && e.contains("scanner.period_ms"), "{e}");
+        let e = Config::parse("# c\n[policy.ambix]\nmin_scans = 2\nfast_free_fraction = 2.0\n", "ambix")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4") && e.contains("fast_free_fraction"), "{e}");
         let c = Config::parse("[scanner]\nperiod_ms = 10\n[policy.ambix]\nmin_scans = 2\n", "ambix").unwrap();
         assert_eq!(c.scanner.period_ms, 10.0);
     }
 
     #[test]
+    fn process_rules_take_priorities_by_name_or_number_and_bad_ones_are_refused_with_their_line() {
+        let text = "[daemon]\npolicy = \"ambix\"\n\n[[process]]\ncommand = \"redis-server\"\npriority = \"high\"\n\n[[process]]\ncommand = \"batch\"\npriority = -20\nmax_fast_bytes = 1073741824\n";
+        let c = Config::parse(text, "ambix").unwrap();
+        assert_eq!(c.rule("redis-server").unwrap().priority, Some(10));
+        assert_eq!(c.rule("batch").map(|r| (r.priority, r.max_fast_bytes)), Some((Some(-20), Some(1 << 30))));
+        assert!(c.rule("other").is_none());
+        let e =
+            Config::parse("[[process]]\ncommand = \"x\"\npriority = \"urgent\"\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("urgent"), "{e}");
+        let e =
+            Config::parse("[[process]]\ncommand = \"x\"\n[[process]]\ncommand = \"y\"\nmax_fast_bytes = 0\n", "ambix")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("line 5") && e.contains("max_fast_bytes"), "{e}");
+        let e = Config::parse("[[process]]\ncommand = \"x\"\n[[process]]\ncommand = \"x\"\n", "ambix")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4") && e.contains("two rules"), "{e}");
+        let e = Config::parse("[daemon]\nsocket_grup = \"strata\"\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("socket_grup"), "{e}");
+        assert_eq!(parse_priority("low"), Ok(-10));
+        assert!(parse_priority("1001").is_err() && parse_priority("").is_err());
+    }
+
+    #[test]
     fn the_example_configuration_parses() {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/engine.toml");
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/strata.toml");
         for name in strata_policy::POLICIES {
             Config::load(&p, name).unwrap();
         }
         // the example's values are the defaults
         let c = Config::load(&p, "ambix").unwrap();
         assert_eq!(
-            (&c.scanner, &c.sampler, &c.mover),
-            (&ScannerConfig::default(), &SamplerConfig::default(), &MoverConfig::default())
+            (&c.topology, &c.scanner, &c.sampler, &c.mover, &c.daemon),
+            (
+                &TopologyConfig::default(),
+                &ScannerConfig::default(),
+                &SamplerConfig::default(),
+                &MoverConfig::default(),
+                &DaemonConfig::default()
+            )
         );
+        assert!(c.processes.is_empty());
+        // and its commented process rule is one
+        let text = std::fs::read_to_string(&p).unwrap();
+        let rule: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# [[process]]"))
+            .map(|l| l.trim_start_matches("# ").split('#').next().unwrap().to_string() + "\n")
+            .collect();
+        let r = Config::parse(&rule, "ambix").unwrap();
+        assert_eq!(r.rule("redis-server").map(|r| (r.priority, r.max_fast_bytes)), Some((Some(10), Some(4 << 30))));
         let table = |n: &str| c.policy.get(n).and_then(|t| t.as_table());
         use strata_policy::{ambix, dram_first, hmalloc, mat, parse_config, strata};
         assert_eq!(parse_config::<ambix::Config>("ambix", table("ambix")).unwrap(), ambix::Config::default());

@@ -1,36 +1,310 @@
-//! The live daemon's loop: the engine on real Linux ([`crate::linux`]), one round every
-//! scanner period, until stopped (SIGINT or SIGTERM in `strata daemon`) or for a number of
-//! rounds. Stopping leaves every program as it is: the daemon only ever moved pages and wrote
-//! directives, so a program loses nothing when the daemon goes.
+//! The live daemon: the engine on real Linux ([`crate::linux`]), one round every scanner
+//! period, with its control socket ([`crate::control`]), until stopped (SIGINT or SIGTERM in
+//! `strata daemon`) or for a number of rounds.
+//!
+//! - Between rounds it answers the socket: processes announcing themselves, attach and detach,
+//!   reloads. A reload (SIGHUP, or `{"op":"reload"}`) reads the configuration file again; a
+//!   file that does not check is refused with its key and line, and the configuration in force
+//!   stays.
+//! - Attachments are kept in `attached.json` beside the socket, so a restarted daemon takes
+//!   them back (with the process's start time, so a reused pid is not mistaken for it); the
+//!   processes under Strata it finds by their channels anyway.
+//! - Stopping leaves every program as it is: the daemon only ever moved pages, wrote directives
+//!   and left write-protection that the kernel lifts on the next write, so a program loses
+//!   nothing when the daemon goes.
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::linux::Linux;
-use crate::{Config, Engine, Error, Stats};
+use serde::{Deserialize, Serialize};
 
-/// Run `policy` with `cfg` until `stop` is set or `rounds` rounds have run; `each` sees the
-/// statistics and the machine after every round. Returns the final statistics.
-pub fn run(
-    policy: &str,
-    cfg: Config,
-    stop: &AtomicBool,
-    rounds: Option<u64>,
-    mut each: impl FnMut(&Stats, &mut Linux),
-) -> Result<Stats, Error> {
-    let mut m = Linux::new();
-    let mut engine = Engine::new(policy, cfg, &mut m)?;
-    let period = Duration::from_nanos(engine.period_ns().max(1_000_000));
-    let mut done = 0u64;
-    while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| done < r) {
-        let start = Instant::now();
-        m.discover();
-        engine.tick(&mut m);
-        done += 1;
-        each(engine.stats(), &mut m);
-        // sleep out the period in short steps, so a stop is seen within 50 ms
-        while !stop.load(Ordering::Relaxed) && start.elapsed() < period {
-            std::thread::sleep((period - start.elapsed()).min(Duration::from_millis(50)));
+use crate::control::{Command, Server};
+use crate::linux::Linux;
+use crate::status::{DaemonProcess, DaemonStatus};
+use crate::{Config, Engine, Error, ProcessObs, Stats};
+
+/// What the command line says; each given value wins over the configuration file's.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// the configuration file, read again on every reload
+    pub config: Option<PathBuf>,
+    pub policy: Option<String>,
+    pub period_ms: Option<f64>,
+    pub socket: Option<PathBuf>,
+    /// stop after this many rounds
+    pub rounds: Option<u64>,
+}
+
+impl Options {
+    /// The configuration and policy these options give, checked.
+    pub fn load(&self) -> Result<(Config, String), Error> {
+        let (mut cfg, policy) = match &self.config {
+            Some(p) => Config::load_with(p, self.policy.as_deref())?,
+            None => {
+                let c = Config::default();
+                let policy = self.policy.clone().unwrap_or_else(|| c.daemon.policy.clone());
+                (c, policy)
+            }
+        };
+        if let Some(ms) = self.period_ms {
+            cfg.scanner.period_ms = ms;
+        }
+        if let Some(s) = &self.socket {
+            cfg.daemon.socket = s.clone();
+        }
+        cfg.check(&policy)?;
+        Ok((cfg, policy))
+    }
+}
+
+/// An attachment as kept on disk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Attachment {
+    pid: u32,
+    start_time: u64,
+    priority: Option<i32>,
+}
+
+fn save_attachments(path: &Path, m: &Linux) {
+    let list: Vec<Attachment> = m
+        .managed()
+        .into_iter()
+        .filter(|p| p.attached)
+        .filter_map(|p| {
+            let (start_time, _) = crate::linux::identity(p.pid)?;
+            Some(Attachment { pid: p.pid, start_time, priority: p.given_priority })
+        })
+        .collect();
+    if let Ok(text) = serde_json::to_vec_pretty(&list) {
+        let tmp = path.with_extension("json.tmp");
+        if std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
+            eprintln!(
+                "strata daemon: cannot keep attachments in {}; a restarted daemon will not know them",
+                path.display()
+            );
         }
     }
-    Ok(engine.stats().clone())
+}
+
+fn restore_attachments(path: &Path, m: &mut Linux) {
+    let Ok(text) = std::fs::read(path) else { return };
+    let list: Vec<Attachment> = serde_json::from_slice(&text).unwrap_or_default();
+    for a in list {
+        if crate::linux::identity(a.pid).is_some_and(|(start, _)| start == a.start_time) {
+            if let Err(e) = m.attach(a.pid, a.priority) {
+                eprintln!("strata daemon: process {} was attached before and cannot be now: {e}", a.pid);
+            }
+        }
+    }
+}
+
+/// Bytes migrated per second over a window of rounds.
+struct Rate {
+    window: Duration,
+    seen: VecDeque<(Instant, u64)>,
+}
+
+impl Rate {
+    fn mbps(&mut self, now: Instant, migrated_bytes: u64) -> f64 {
+        self.seen.push_back((now, migrated_bytes));
+        while self.seen.len() > 2 && now.duration_since(self.seen[1].0) >= self.window {
+            self.seen.pop_front();
+        }
+        let (t0, b0) = self.seen[0];
+        let dt = now.duration_since(t0).as_secs_f64();
+        if dt > 0.0 {
+            (migrated_bytes - b0) as f64 / dt / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The daemon, between rounds.
+struct Daemon {
+    options: Options,
+    machine: Linux,
+    engine: Engine,
+    attached_file: PathBuf,
+    started: Instant,
+    rate: Rate,
+    migration_rate_mbps: f64,
+    last_reload: Option<String>,
+    trackers: Vec<crate::probe::Tracker>,
+    /// the status the control socket answers with
+    shared: Arc<Mutex<Option<DaemonStatus>>>,
+}
+
+impl Daemon {
+    /// Make the status the socket answers with this moment's.
+    fn publish(&self) -> DaemonStatus {
+        let status = self.status();
+        if let Ok(mut s) = self.shared.lock() {
+            *s = Some(status.clone());
+        }
+        status
+    }
+
+    fn status(&self) -> DaemonStatus {
+        let cfg = self.engine.config();
+        DaemonStatus {
+            pid: std::process::id(),
+            policy: self.engine.stats().policy.clone(),
+            config: self.options.config.clone(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            period_ms: cfg.scanner.period_ms,
+            processes: self
+                .machine
+                .managed()
+                .into_iter()
+                .map(|p| {
+                    let obs = ProcessObs {
+                        pid: p.pid,
+                        command: p.command.clone(),
+                        claimed_priority: p.claimed_priority,
+                        given_priority: p.given_priority,
+                    };
+                    DaemonProcess {
+                        priority: self.engine.priority(&obs),
+                        max_fast_bytes: cfg.rule(&p.command).and_then(|r| r.max_fast_bytes),
+                        process: p,
+                    }
+                })
+                .collect(),
+            refused: self.machine.refused.clone(),
+            trackers: self.trackers.clone(),
+            migration_rate_mbps: self.migration_rate_mbps,
+            last_reload: self.last_reload.clone(),
+            stats: self.engine.stats().clone(),
+        }
+    }
+
+    /// Read the configuration again; the one in force stays if the new one is refused.
+    fn reload(&mut self) -> Result<(), String> {
+        let outcome = self.options.load().map_err(|e| e.to_string()).and_then(|(cfg, policy)| {
+            let discovery = Duration::from_millis(cfg.daemon.discovery_ms);
+            let socket_changed = cfg.daemon.socket != self.engine.config().daemon.socket
+                || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
+            self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
+            self.machine.set_discovery(discovery);
+            if socket_changed {
+                eprintln!("strata daemon: daemon.socket and daemon.socket_group take effect at the next start");
+            }
+            Ok(())
+        });
+        let file = self.options.config.as_ref().map_or("(no file)".into(), |p| p.display().to_string());
+        let said = match &outcome {
+            Ok(()) => format!("configuration reloaded from {file}"),
+            Err(e) => format!("configuration refused, the one in force stays: {e}"),
+        };
+        eprintln!("strata daemon: {said}");
+        self.last_reload = Some(said);
+        outcome
+    }
+
+    /// One request from the socket; what it changed is in the status at once.
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Hello(pid) => self.machine.hello(pid),
+            Command::Attach { pid, priority, reply } => {
+                let r = self.machine.attach(pid, priority);
+                if r.is_ok() {
+                    save_attachments(&self.attached_file, &self.machine);
+                    self.publish();
+                }
+                let _ = reply.send(r);
+                return;
+            }
+            Command::Detach { pid, reply } => {
+                let r = self.machine.detach(pid);
+                if r.is_ok() {
+                    save_attachments(&self.attached_file, &self.machine);
+                    self.publish();
+                }
+                let _ = reply.send(r);
+                return;
+            }
+            Command::Reload { reply } => {
+                let r = self.reload();
+                self.publish();
+                let _ = reply.send(r);
+                return;
+            }
+        }
+        self.publish();
+    }
+}
+
+/// Run until `stop` is set or `options.rounds` rounds have run; `reload` set (by SIGHUP) reads
+/// the configuration again. `each` sees the status after every round. Returns the final
+/// statistics.
+pub fn run(
+    options: Options,
+    stop: &AtomicBool,
+    reload: &AtomicBool,
+    mut each: impl FnMut(&DaemonStatus),
+) -> Result<Stats, Error> {
+    let (cfg, policy) = options.load()?;
+    let mut machine = Linux::new();
+    machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
+    let engine = Engine::new(&policy, cfg, &mut machine)?;
+    let shared = Arc::new(Mutex::new(None));
+    let (tx, rx) = mpsc::channel();
+    let daemon_cfg = engine.config().daemon.clone();
+    let _server = Server::start(&daemon_cfg.socket, daemon_cfg.socket_group.as_deref(), tx, Arc::clone(&shared))?;
+    let mut d = Daemon {
+        attached_file: daemon_cfg.socket.with_file_name("attached.json"),
+        options,
+        machine,
+        engine,
+        started: Instant::now(),
+        rate: Rate { window: Duration::from_secs(10), seen: VecDeque::new() },
+        migration_rate_mbps: 0.0,
+        last_reload: None,
+        trackers: crate::probe::probe(),
+        shared,
+    };
+    restore_attachments(&d.attached_file, &mut d.machine);
+    let mut done = 0u64;
+    while !stop.load(Ordering::Relaxed) && d.options.rounds.is_none_or(|r| done < r) {
+        let start = Instant::now();
+        d.machine.discover();
+        d.engine.tick(&mut d.machine);
+        done += 1;
+        d.migration_rate_mbps = d.rate.mbps(Instant::now(), d.engine.stats().migrated_bytes);
+        each(&d.publish());
+        // the rest of the period: requests as they come, a stop seen within 50 ms
+        let period = Duration::from_nanos(d.engine.period_ns().max(1_000_000));
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < period {
+            if reload.swap(false, Ordering::Relaxed) {
+                let _ = d.reload();
+            }
+            let wait = (period.saturating_sub(start.elapsed())).min(Duration::from_millis(50));
+            match rx.recv_timeout(wait) {
+                Ok(cmd) => d.handle(cmd),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+            }
+        }
+    }
+    Ok(d.engine.stats().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_rate_is_over_the_last_window() {
+        let mut r = Rate { window: Duration::from_secs(10), seen: VecDeque::new() };
+        let t = Instant::now();
+        assert_eq!(r.mbps(t, 0), 0.0);
+        assert!((r.mbps(t + Duration::from_secs(5), 50_000_000) - 10.0).abs() < 1e-9);
+        // 20 s on, nothing more moved: the window holds only the last 10 s
+        r.mbps(t + Duration::from_secs(15), 50_000_000);
+        assert_eq!(r.mbps(t + Duration::from_secs(26), 50_000_000), 0.0);
+    }
 }

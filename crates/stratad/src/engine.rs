@@ -1,15 +1,27 @@
 //! One engine: a policy with its trackers, mover and statistics.
-use strata_policy::{Needs, Observations, Policy};
+//!
+//! On a machine that names the processes it runs (the live daemon's) the fast tier is shared
+//! between them by priority ([`crate::share`]): each group of processes gets its own instance
+//! of the policy, which sees only its processes and a fast tier of the group's share: with one
+//! group, the tier less what processes outside Strata hold of it. The emulated machine runs
+//! one program that owns all its memory: its policy sees the machine as it is.
+use std::collections::{BTreeMap, BTreeSet};
+
+use strata_policy::{Action, Needs, Observations, Policy};
 
 use crate::config::Config;
-use crate::machine::Machine;
+use crate::machine::{Machine, ProcessObs};
 use crate::mover::Mover;
+use crate::share::{self, Group, GroupKey, Member};
 use crate::stats::{Stats, TierStats};
 use crate::Error;
 
 pub struct Engine {
     cfg: Config,
-    policy: Box<dyn Policy>,
+    /// the policy's name (with its variant)
+    name: String,
+    /// one instance of the policy per group of processes
+    policies: BTreeMap<GroupKey, Box<dyn Policy>>,
     mover: Mover,
     stats: Stats,
     needs: Needs,
@@ -22,29 +34,84 @@ fn cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// What policy `name` needs, once the configuration checks and the machine can provide it.
+fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static str, Needs), Error> {
+    cfg.check(name)?;
+    let policy = cfg.make_policy(name)?;
+    let needs = policy.needs();
+    let unavailable = |what: &str| {
+        Error::Machine(format!("policy {}: needs {what}, which this machine cannot provide", policy.name()))
+    };
+    if needs.scan && !m.can_scan() {
+        return Err(unavailable("page scans (`strata daemon --probe` says what this kernel offers)"));
+    }
+    if needs.counters && m.counters().is_none() {
+        return Err(unavailable("the accesses and LLC-miss counters"));
+    }
+    if needs.samples && !m.enable_samples(cfg.sampler.period_misses) {
+        return Err(unavailable("LLC-miss samples"));
+    }
+    Ok((policy.name(), needs))
+}
+
+/// The part of `obs` that is `g`'s processes', with a fast tier of `g`'s share: its capacity
+/// is the share, and what is free in it at most the share less what the group holds there.
+fn view(obs: &Observations, g: &Group) -> Observations {
+    let pids: BTreeSet<u32> = g.pids.iter().copied().collect();
+    let mut v = Observations {
+        now_ns: obs.now_ns,
+        page_bytes: obs.page_bytes,
+        scan_complete: obs.scan_complete,
+        counters: obs.counters,
+        pages: obs.pages.iter().filter(|p| pids.contains(&p.pid)).copied().collect(),
+        samples: obs.samples.iter().filter(|s| pids.contains(&s.pid)).copied().collect(),
+        hint_faults: obs.hint_faults.iter().filter(|h| pids.contains(&h.pid)).copied().collect(),
+        objects: obs.objects.iter().filter(|o| pids.contains(&o.pid)).copied().collect(),
+        contexts: obs.contexts.iter().filter(|c| pids.contains(&c.pid)).copied().collect(),
+        tiers: obs.tiers.clone(),
+        nodes: obs.nodes.clone(),
+    };
+    let Some(fast) = v.tiers.iter_mut().find(|t| t.tier == 0) else { return v };
+    let (real_capacity, real_free) = (fast.capacity_bytes, fast.free_bytes);
+    fast.capacity_bytes = g.share_bytes;
+    fast.free_bytes = real_free.min(g.share_bytes.saturating_sub(g.fast_bytes));
+    let scale = |x: u64, num: u64, den: u64| if den == 0 { 0 } else { (x as u128 * num as u128 / den as u128) as u64 };
+    let view_free = fast.free_bytes;
+    for n in v.nodes.iter_mut().filter(|n| n.tier == 0) {
+        n.capacity_bytes = scale(n.capacity_bytes, g.share_bytes, real_capacity);
+        n.free_bytes = scale(n.free_bytes, view_free, real_free);
+    }
+    v
+}
+
 impl Engine {
     /// An engine running policy `name`, configured by `cfg`, on machine `m`: refused when the
     /// policy needs what the machine cannot observe (LLC-miss samples or counters without a PMU).
     pub fn new(name: &str, cfg: Config, m: &mut dyn Machine) -> Result<Engine, Error> {
-        cfg.check(name)?;
-        let policy = cfg.make_policy(name)?;
-        let needs = policy.needs();
-        let unavailable = |what: &str| {
-            Error::Machine(format!("policy {}: needs {what}, which this machine cannot provide", policy.name()))
-        };
-        if needs.scan && !m.can_scan() {
-            return Err(unavailable(
-                "page scans (soft-dirty bits here; `strata daemon --probe` says what this kernel offers)",
-            ));
-        }
-        if needs.counters && m.counters().is_none() {
-            return Err(unavailable("the accesses and LLC-miss counters"));
-        }
-        if needs.samples && !m.enable_samples(cfg.sampler.period_misses) {
-            return Err(unavailable("LLC-miss samples"));
-        }
+        let (made, needs) = prepare(name, &cfg, m)?;
         let mover = Mover::new(cfg.mover.clone());
-        Ok(Engine { stats: Stats { policy: policy.name().into(), ..Stats::default() }, cfg, policy, mover, needs })
+        Ok(Engine {
+            stats: Stats { policy: made.into(), ..Stats::default() },
+            cfg,
+            name: name.into(),
+            policies: BTreeMap::new(),
+            mover,
+            needs,
+        })
+    }
+
+    /// Take a new configuration and policy while running; the old ones stay when the new
+    /// ones are refused. The policies start afresh when the policy or its parameters changed;
+    /// the statistics and the mover's budget carry on.
+    pub fn reconfigure(&mut self, name: &str, cfg: Config, m: &mut dyn Machine) -> Result<(), Error> {
+        let (made, needs) = prepare(name, &cfg, m)?;
+        if name != self.name || cfg.policy != self.cfg.policy {
+            self.policies.clear();
+        }
+        self.mover.reconfigure(cfg.mover.clone());
+        self.stats.policy = made.into();
+        (self.name, self.cfg, self.needs) = (name.into(), cfg, needs);
+        Ok(())
     }
 
     /// The time between rounds, ns.
@@ -52,13 +119,39 @@ impl Engine {
         (self.cfg.scanner.period_ms * 1e6) as u64
     }
 
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// A process's priority: given from outside, else its configuration rule's, else its own.
+    pub fn priority(&self, p: &ProcessObs) -> i32 {
+        p.given_priority.or_else(|| self.cfg.rule(&p.command).and_then(|r| r.priority)).unwrap_or(p.claimed_priority)
     }
 
     /// One round: observe, decide, move.
     pub fn tick(&mut self, m: &mut dyn Machine) {
         let start = cpu_ns();
+        let obs = self.observe(m);
+        let procs = m.processes();
+        let priority_of: BTreeMap<u32, i32> = procs.iter().map(|p| (p.pid, self.priority(p))).collect();
+        let t = cpu_ns();
+        let actions = self.decide(&obs, &procs, &priority_of, m);
+        self.stats.policy_cpu_ns += cpu_ns() - t;
+        self.mover.apply(obs.now_ns, actions, m, &mut self.stats, &priority_of);
+        self.stats.tiers = m
+            .tiers()
+            .iter()
+            .map(|t| TierStats { tier: t.tier, capacity_bytes: t.capacity_bytes, free_bytes: t.free_bytes })
+            .collect();
+        self.stats.engine_cpu_ns += cpu_ns() - start;
+    }
+
+    /// What the machine saw this round (only what the policy needs).
+    fn observe(&mut self, m: &mut dyn Machine) -> Observations {
         let page = m.page_bytes();
         let nodes = m.nodes();
         let tiers = strata_policy::tiers_of(&nodes);
@@ -86,15 +179,92 @@ impl Engine {
         self.stats.full_scans += u64::from(obs.scan_complete);
         self.stats.samples += obs.samples.len() as u64;
         self.stats.hint_faults += obs.hint_faults.len() as u64;
-        let t = cpu_ns();
-        let actions = self.policy.decide(&obs);
-        self.stats.policy_cpu_ns += cpu_ns() - t;
-        self.mover.apply(obs.now_ns, actions, m, &mut self.stats);
-        self.stats.tiers = m
-            .tiers()
+        obs
+    }
+
+    /// Every group's policy on its view of the round.
+    fn decide(
+        &mut self,
+        obs: &Observations,
+        procs: &[ProcessObs],
+        priority_of: &BTreeMap<u32, i32>,
+        m: &mut dyn Machine,
+    ) -> Vec<Action> {
+        let limit = |p: &ProcessObs| self.cfg.rule(&p.command).and_then(|r| r.max_fast_bytes);
+        let (cfg, name) = (&self.cfg, &self.name);
+        let make = || cfg.make_policy(name).expect("checked when the engine was configured");
+        if procs.is_empty() {
+            // one program, which sees the machine as it is
+            let key = GroupKey::Priority(0);
+            self.policies.retain(|k, _| *k == key);
+            return self.policies.entry(key).or_insert_with(make).decide(obs);
+        }
+        let members: Vec<Member> = procs
             .iter()
-            .map(|t| TierStats { tier: t.tier, capacity_bytes: t.capacity_bytes, free_bytes: t.free_bytes })
+            .map(|p| {
+                let resident = m.resident(p.pid);
+                Member {
+                    pid: p.pid,
+                    priority: priority_of[&p.pid],
+                    max_fast_bytes: limit(p),
+                    resident_bytes: resident.iter().sum(),
+                    fast_bytes: resident.first().copied().unwrap_or(0),
+                }
+            })
             .collect();
-        self.stats.engine_cpu_ns += cpu_ns() - start;
+        // the fast tier less what processes outside Strata hold of it
+        let managed: u64 = members.iter().map(|p| p.fast_bytes).sum();
+        let available =
+            obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| (t.free_bytes + managed).min(t.capacity_bytes));
+        let groups = share::groups(&members, available);
+        self.policies.retain(|k, _| groups.iter().any(|g| g.key == *k));
+        let mut actions = Vec::new();
+        for g in &groups {
+            actions.extend(self.policies.entry(g.key).or_insert_with(make).decide(&view(obs, g)));
+        }
+        self.stats.groups = groups;
+        actions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_policy::{NodeObs, PageObs, TierObs};
+
+    fn group(pids: &[u32], share: u64, fast: u64) -> Group {
+        Group {
+            key: GroupKey::Priority(0),
+            priority: 0,
+            pids: pids.to_vec(),
+            share_bytes: share,
+            fast_bytes: fast,
+            want_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_groups_view_has_its_processes_and_a_fast_tier_of_its_share() {
+        let page = |pid| PageObs { pid, addr: 0, tier: 1, node: 1, accessed: true, dirty: false };
+        let node = |node, tier, cap, free| NodeObs { node, tier, distance: 10, capacity_bytes: cap, free_bytes: free };
+        let obs = Observations {
+            pages: vec![page(1), page(2), page(1)],
+            tiers: vec![
+                TierObs { tier: 0, capacity_bytes: 1000, free_bytes: 400 },
+                TierObs { tier: 1, capacity_bytes: 5000, free_bytes: 5000 },
+            ],
+            nodes: vec![node(0, 0, 1000, 400), node(1, 1, 5000, 5000)],
+            ..Default::default()
+        };
+        let v = view(&obs, &group(&[1], 500, 200));
+        assert_eq!(v.pages.len(), 2);
+        assert!(v.pages.iter().all(|p| p.pid == 1));
+        assert_eq!((v.tiers[0].capacity_bytes, v.tiers[0].free_bytes), (500, 300), "share 500, holding 200");
+        assert_eq!(v.tiers[1], obs.tiers[1], "the slow tier as it is");
+        assert_eq!((v.nodes[0].capacity_bytes, v.nodes[0].free_bytes), (500, 300));
+        let v = view(&obs, &group(&[2], 500, 700));
+        assert_eq!(v.tiers[0].free_bytes, 0, "over its share: nothing free");
+        let v = view(&obs, &group(&[2], 1000, 0));
+        assert_eq!(v.tiers[0].free_bytes, 400, "never more than is really free");
     }
 }

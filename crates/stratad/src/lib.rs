@@ -14,19 +14,22 @@
 //! (`libstratad.so`), which the emulator loads when `$STRATA_ENGINE_LIB` names it.
 pub mod channel;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod emulated;
 mod engine;
 pub mod linux;
 mod machine;
 mod mover;
+mod pagemap;
 pub mod probe;
+pub mod share;
 mod stats;
 pub mod status;
 
 pub use config::Config;
 pub use engine::Engine;
-pub use machine::{Machine, MoveStatus, Refusal};
+pub use machine::{Machine, MoveStatus, ProcessObs, Refusal};
 pub use mover::Mover;
 pub use stats::{ProcessStats, Stats, TierStats};
 

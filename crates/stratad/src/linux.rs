@@ -1,36 +1,116 @@
-//! Real Linux as the engine's machine (the live daemon's): the processes running under Strata,
-//! found by their channels; nodes and tiers from sysfs; writes seen through soft-dirty bits;
-//! pages located and moved by `move_pages(2)`.
+//! Real Linux as the engine's machine (the live daemon's): the processes it manages, how it
+//! sees each one's writes, nodes and tiers from sysfs, pages located through their frames and
+//! moved with `move_pages(2)`.
 //!
-//! What this machine observes is what the kernel offers (`strata daemon --probe`,
-//! docs/daemon.md): with soft-dirty (the Debian 6.1 and 6.12 kernels) a scan reports the pages
-//! written since the previous full scan, as both accessed and dirty; reads are not seen. Where
-//! the kernel has no soft-dirty, the machine cannot scan and the engine refuses policies that
-//! need scans. The scan covers the memory Strata knows: each process's tracked objects.
+//! **Processes.** Every process under Strata (`strata run`, or any with
+//! `LD_PRELOAD=libstrata.so`) has a channel (`/dev/shm/strata.PID`, unlinked at once): the
+//! machine finds channels by looking through `/proc/*/fd` (at start and then every
+//! `daemon.discovery_ms`), and at once for a process that announces itself ([`Linux::hello`]).
+//! A channel with a bad magic, version or sizes is refused for that process, once, with a line
+//! on stderr; the others carry on. Any other process can be attached by hand
+//! ([`Linux::attach`]): its anonymous memory is managed page by page. A process that exits is
+//! forgotten (its start time tells a reused pid).
+//!
+//! **Seeing writes** ([`Tracker`]), per process, by what it and the kernel offer:
+//! `pagemap-scan` when the process registered Strata's memory for asynchronous write-protect
+//! (its channel says so; Linux 6.7+): one `PAGEMAP_SCAN` with `PM_SCAN_WP_MATCHING` reports the
+//! present pages of that memory, which were written since their last scan, and protects them
+//! again; else `soft-dirty` when the kernel has it: pagemap's soft-dirty bit over every private
+//! anonymous mapping, cleared (`clear_refs` 4) when a full scan ends; else none, and the
+//! process's pages are not scanned. Both see writes only: a page read and not written looks
+//! idle (docs/daemon.md says which tracker sees reads on which kernel).
+//!
+//! **Where pages are.** From each page's frame in pagemap and the memory blocks of each node in
+//! sysfs ([`Frames`]) when the daemon may see frames (root), else `move_pages(2)` with no
+//! target.
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Directive, Node, NodeObs, ObjectObs, PageObs, Tier};
 
 use crate::channel::{Channel, ChannelError};
-use crate::machine::{move_statuses, Machine, MoveStatus, Refusal};
+use crate::machine::{move_statuses, Machine, MoveStatus, ProcessObs, Refusal};
+use crate::pagemap::{self, Frames};
 
 const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
-/// processes are looked for this often (a scan of every process's open files)
-const DISCOVERY: Duration = Duration::from_secs(1);
+/// the end of a user address space (x86-64, 4-level page tables: TASK_SIZE_MAX)
+const USER_TOP: u64 = (1 << 47) - PAGE;
+
+/// How the machine sees a process's writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tracker {
+    PagemapScan,
+    SoftDirty,
+    None,
+}
+
+/// A process the machine manages.
+struct Proc {
+    /// its channel, for a process under Strata
+    channel: Option<Channel>,
+    /// attached by hand (`strata attach`): managed until detached or gone
+    attached: bool,
+    /// a priority given from outside, over the one it claims
+    given_priority: Option<i32>,
+    command: String,
+    /// from /proc/PID/stat: a different one is another process with the same pid
+    start_time: u64,
+    /// present pages its tracker reported in the pass going on, and in the last whole one
+    pages_now: u64,
+    pages_last: Option<u64>,
+    /// why its last scan failed, if it did
+    scan_error: Option<String>,
+}
+
+impl Proc {
+    fn new(command: String, start_time: u64) -> Proc {
+        Proc {
+            channel: None,
+            attached: false,
+            given_priority: None,
+            command,
+            start_time,
+            pages_now: 0,
+            pages_last: None,
+            scan_error: None,
+        }
+    }
+}
+
+/// A managed process, as `strata stats` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Managed {
+    pub pid: u32,
+    pub command: String,
+    /// it runs under Strata (it has a channel)
+    pub strata: bool,
+    pub attached: bool,
+    pub claimed_priority: i32,
+    pub given_priority: Option<i32>,
+    pub tracker: Tracker,
+    /// present pages its tracker reported in the last whole pass (None: no pass ended yet)
+    pub tracked_pages: Option<u64>,
+    /// why its tracker failed in the last round, if it did
+    pub tracker_error: Option<String>,
+}
 
 pub struct Linux {
     start: Instant,
     sysfs: PathBuf,
-    channels: BTreeMap<u32, Channel>,
+    procs: BTreeMap<u32, Proc>,
     /// processes whose channel was refused, with why (said once, then left alone)
     pub refused: BTreeMap<u32, String>,
     discovered: Option<Instant>,
+    discovery: Duration,
     tier_of: BTreeMap<Node, Tier>,
+    frames: Frames,
     soft_dirty: bool,
+    pagemap_scan: bool,
     /// where the scan goes on: the next process and address
     cursor: (u32, u64),
 }
@@ -58,71 +138,351 @@ fn move_pages(pid: u32, pages: &[u64], nodes: Option<&[libc::c_int]>) -> Result<
     Ok(status)
 }
 
+/// A process's start time (clock ticks after boot, field 22 of /proc/PID/stat) and command.
+pub(crate) fn identity(pid: u32) -> Option<(u64, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let command = head.split_once('(')?.1.to_string();
+    let start = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some((start, command))
+}
+
+/// The private anonymous writable mappings of a process, [start, end), in address order.
+fn anonymous_ranges(pid: u32) -> Vec<(u64, u64)> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path = f.next().unwrap_or("");
+        let p = perms.as_bytes();
+        let anonymous = inode == "0" && (path.is_empty() || path == "[heap]" || path == "[stack]");
+        if p.len() < 4 || p[0] != b'r' || p[1] != b'w' || p[3] != b'p' || !anonymous {
+            continue;
+        }
+        if let Some((a, b)) = range.split_once('-') {
+            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                out.push((a, b));
+            }
+        }
+    }
+    out
+}
+
+/// Bytes each node can give a program's pages without dipping into what the kernel keeps for
+/// itself, from /proc/zoneinfo: over the node's zones, free pages above the zone's high
+/// watermark and the reserve it holds back from movable allocations (lowmem_reserve). The
+/// kernel's own promotion keeps the high watermark free too; a node filled past it leaves the
+/// kernel short of memory for itself (seen in the guest: the OOM killer took a program).
+fn movable_free(zoneinfo: &str) -> BTreeMap<Node, u64> {
+    struct Zone {
+        name: String,
+        free: u64,
+        high: u64,
+        protection: Vec<u64>,
+    }
+    let mut nodes: BTreeMap<Node, Vec<Zone>> = BTreeMap::new();
+    let mut current: Option<Node> = None;
+    for line in zoneinfo.lines() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("Node ") {
+            let (node, zone) = rest.split_once(", zone").unwrap_or(("", ""));
+            current = node.trim().parse().ok();
+            if let Some(n) = current {
+                let z = Zone { name: zone.trim().into(), free: 0, high: 0, protection: Vec::new() };
+                nodes.entry(n).or_default().push(z);
+            }
+            continue;
+        }
+        let Some(z) = current.and_then(|n| nodes.get_mut(&n)).and_then(|v| v.last_mut()) else { continue };
+        let value = |k: &str| l.strip_prefix(k).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(v) = value("pages free") {
+            z.free = v;
+        } else if let Some(v) = value("high") {
+            z.high = v;
+        } else if let Some(p) = l.strip_prefix("protection:") {
+            z.protection = p
+                .trim()
+                .trim_matches(|c| c == '(' || c == ')')
+                .split(',')
+                .filter_map(|x| x.trim().parse().ok())
+                .collect();
+        }
+    }
+    nodes
+        .into_iter()
+        .map(|(n, zones)| {
+            let movable = zones.iter().position(|z| z.name == "Movable").unwrap_or(zones.len().saturating_sub(1));
+            let pages: u64 = zones
+                .iter()
+                .map(|z| z.free.saturating_sub(z.high + z.protection.get(movable).copied().unwrap_or(0)))
+                .sum();
+            (n, pages * PAGE)
+        })
+        .collect()
+}
+
+/// Resident bytes per node of process `pid`, from /proc/PID/numa_maps.
+pub fn node_bytes(pid: u32) -> BTreeMap<u8, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")) else { return out };
+    for line in text.lines() {
+        let page_kb = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("kernelpagesize_kB="))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(4);
+        for w in line.split_whitespace() {
+            let Some((node, pages)) = w.strip_prefix('N').and_then(|r| r.split_once('=')) else { continue };
+            if let (Ok(node), Ok(pages)) = (node.parse::<u8>(), pages.parse::<u64>()) {
+                *out.entry(node).or_default() += pages * page_kb * 1024;
+            }
+        }
+    }
+    out
+}
+
 impl Linux {
+    /// The machine as libstrata sees it: sysfs at $STRATA_SYSFS (or /sys), tiers overridden
+    /// by $STRATA_TIERS.
     pub fn new() -> Linux {
+        let sysfs = std::env::var_os("STRATA_SYSFS").map_or_else(|| PathBuf::from("/sys"), PathBuf::from);
         Linux {
             start: Instant::now(),
-            sysfs: PathBuf::from("/sys"),
-            channels: BTreeMap::new(),
+            frames: Frames::load(&sysfs),
+            sysfs,
+            procs: BTreeMap::new(),
             refused: BTreeMap::new(),
             discovered: None,
+            discovery: Duration::from_secs(10),
             tier_of: BTreeMap::new(),
             soft_dirty: crate::probe::soft_dirty().is_ok(),
+            pagemap_scan: crate::probe::pagemap_scan().is_ok(),
             cursor: (0, 0),
         }
     }
 
-    /// The processes under Strata now (found at most once a second).
-    pub fn processes(&mut self) -> Vec<u32> {
-        self.discover();
-        self.channels.keys().copied().collect()
+    /// Look through every process's open files for channels this often.
+    pub fn set_discovery(&mut self, every: Duration) {
+        self.discovery = every;
     }
 
-    /// Look for new processes with a channel, forget those that exited. A channel with a bad
-    /// magic, version or sizes is refused for that process, once, with a line on stderr.
+    /// The pids managed now (after looking for new processes if it is time).
+    pub fn pids(&mut self) -> Vec<u32> {
+        self.discover();
+        self.procs.keys().copied().collect()
+    }
+
+    /// Forget processes that exited (or whose pid now names another process).
+    fn prune(&mut self) {
+        self.procs.retain(|pid, p| identity(*pid).is_some_and(|(start, _)| start == p.start_time));
+        self.refused.retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    /// Take a process's channel, if it has one: Ok(false) when it has none.
+    fn open_channel(&mut self, pid: u32) -> Result<bool, String> {
+        if self.procs.get(&pid).is_some_and(|p| p.channel.is_some()) {
+            return Ok(true);
+        }
+        match Channel::open(pid) {
+            Ok(c) => {
+                let Some((start_time, command)) = identity(pid) else { return Ok(false) };
+                self.procs.entry(pid).or_insert_with(|| Proc::new(command, start_time)).channel = Some(c);
+                Ok(true)
+            }
+            Err(ChannelError::Bad { why, .. }) => {
+                if self.refused.insert(pid, why.clone()).is_none() {
+                    eprintln!("strata daemon: process {pid}: its channel is refused: {why}");
+                }
+                Err(why)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Look for processes with a channel if it is time, and forget those that exited.
     pub fn discover(&mut self) {
-        if self.discovered.is_some_and(|t| t.elapsed() < DISCOVERY) {
+        self.prune();
+        if self.discovered.is_some_and(|t| t.elapsed() < self.discovery) {
             return;
         }
         self.discovered = Some(Instant::now());
-        self.channels.retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
-        self.refused.retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
         let Ok(dir) = std::fs::read_dir("/proc") else { return };
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            if pid == std::process::id() || self.channels.contains_key(&pid) || self.refused.contains_key(&pid) {
-                continue;
-            }
-            match Channel::open(pid) {
-                Ok(c) => {
-                    self.channels.insert(pid, c);
-                }
-                Err(ChannelError::Bad { why, .. }) => {
-                    eprintln!("strata daemon: process {pid}: its channel is refused: {why}");
-                    self.refused.insert(pid, why);
-                }
-                Err(_) => {}
+            if pid != std::process::id() && !self.procs.contains_key(&pid) && !self.refused.contains_key(&pid) {
+                let _ = self.open_channel(pid);
             }
         }
     }
 
-    /// The node of each page of process `pid` (None: not resident, or the process is gone).
-    fn nodes_of(pid: u32, pages: &[u64]) -> Vec<Option<Node>> {
+    /// A process says it has made its channel: take it now.
+    pub fn hello(&mut self, pid: u32) {
+        if pid != std::process::id() && !self.refused.contains_key(&pid) {
+            let _ = self.open_channel(pid);
+        }
+    }
+
+    /// Manage process `pid`, with `priority` over the one it claims: a process under Strata
+    /// by its channel, any other by its anonymous memory, page by page.
+    pub fn attach(&mut self, pid: u32, priority: Option<i32>) -> Result<(), String> {
+        if pid == std::process::id() {
+            return Err("the daemon does not manage itself".into());
+        }
+        let Some((start_time, command)) = identity(pid) else { return Err(format!("no process {pid}")) };
+        self.open_channel(pid).map_err(|why| format!("process {pid}: its channel is refused: {why}"))?;
+        let p = self.procs.entry(pid).or_insert_with(|| Proc::new(command, start_time));
+        p.attached = true;
+        if priority.is_some() {
+            p.given_priority = priority;
+        }
+        Ok(())
+    }
+
+    /// Stop managing an attached process (a process under Strata stays, with its own priority).
+    pub fn detach(&mut self, pid: u32) -> Result<(), String> {
+        let Some(p) = self.procs.get_mut(&pid) else { return Err(format!("process {pid} is not managed")) };
+        if p.channel.is_some() {
+            p.attached = false;
+            p.given_priority = None;
+        } else {
+            self.procs.remove(&pid);
+        }
+        Ok(())
+    }
+
+    /// How process `pid`'s writes are seen.
+    pub fn tracker(&self, pid: u32) -> Tracker {
+        match self.procs.get(&pid) {
+            Some(p) if self.pagemap_scan && p.channel.as_ref().is_some_and(|c| c.wp_async()) => Tracker::PagemapScan,
+            Some(_) if self.soft_dirty => Tracker::SoftDirty,
+            _ => Tracker::None,
+        }
+    }
+
+    /// The managed processes, for status.
+    pub fn managed(&self) -> Vec<Managed> {
+        self.procs
+            .iter()
+            .map(|(&pid, p)| Managed {
+                pid,
+                command: p.command.clone(),
+                strata: p.channel.is_some(),
+                attached: p.attached,
+                claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
+                given_priority: p.given_priority,
+                tracker: self.tracker(pid),
+                tracked_pages: p.pages_last,
+                tracker_error: p.scan_error.clone(),
+            })
+            .collect()
+    }
+
+    /// The node of each page of process `pid` (None: not resident, or the process is gone):
+    /// from the pages' frames where the daemon can see them, else from move_pages(2).
+    fn nodes_of(&self, pid: u32, pages: &[u64]) -> Vec<Option<Node>> {
+        if let Some(nodes) = self.nodes_by_frame(pid, pages) {
+            return nodes;
+        }
         match move_pages(pid, pages, None) {
             Ok(st) => st.iter().map(|&s| (s >= 0).then_some(s as Node)).collect(),
             Err(_) => vec![None; pages.len()],
         }
     }
 
-    /// The ranges the scan covers: each process's tracked objects, in (pid, address) order.
-    fn ranges(&self) -> Vec<(u32, u64, u64)> {
-        let mut objects = Vec::new();
-        for c in self.channels.values() {
-            c.objects(&mut objects);
+    /// Nodes from frames: None when frames are hidden (not root) or pagemap cannot be read.
+    fn nodes_by_frame(&self, pid: u32, pages: &[u64]) -> Option<Vec<Option<Node>>> {
+        let f = File::open(format!("/proc/{pid}/pagemap")).ok()?;
+        let mut out = Vec::with_capacity(pages.len());
+        let mut i = 0;
+        while i < pages.len() {
+            // a run of consecutive pages is one read
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + PAGE && j - i < 4096 {
+                j += 1;
+            }
+            for e in pagemap::entries(&f, pages[i], j - i).ok()? {
+                if !pagemap::present(e) {
+                    out.push(None);
+                    continue;
+                }
+                out.push(Some(self.frames.node(pagemap::pfn(e))?));
+            }
+            i = j;
         }
-        let mut r: Vec<(u32, u64, u64)> = objects.iter().map(|o| (o.pid, o.addr, o.addr + o.len)).collect();
-        r.sort_unstable();
-        r
+        Some(out)
+    }
+
+    /// The pages a scan reports, from present (address, written) pairs of one process.
+    fn observe(&self, pid: u32, present: &[(u64, bool)], out: &mut Vec<PageObs>) {
+        let addrs: Vec<u64> = present.iter().map(|p| p.0).collect();
+        for (&(addr, written), node) in present.iter().zip(self.nodes_of(pid, &addrs)) {
+            let Some(node) = node else { continue };
+            let tier = self.tier_of.get(&node).copied().unwrap_or(Tier::MAX);
+            out.push(PageObs { pid, addr, tier, node, accessed: written, dirty: written });
+        }
+    }
+
+    /// Scan one process from `from`: at most `max` pages. Returns the pages it took and where
+    /// it stopped (None: it reached the end of the process).
+    fn scan_process(
+        &self,
+        pid: u32,
+        from: u64,
+        max: u64,
+        out: &mut Vec<PageObs>,
+    ) -> Result<(u64, Option<u64>), String> {
+        let pm = File::open(format!("/proc/{pid}/pagemap")).map_err(|e| format!("/proc/{pid}/pagemap: {e}"))?;
+        Ok(match self.tracker(pid) {
+            Tracker::None => (0, None),
+            Tracker::PagemapScan => {
+                // present pages (not the shared zero page) of registered memory, written or
+                // not; matching protects them again, and unregistered mappings are skipped
+                let q = pagemap::Query {
+                    flags: pagemap::PM_SCAN_WP_MATCHING,
+                    inverted: pagemap::PAGE_IS_PFNZERO,
+                    mask: pagemap::PAGE_IS_PRESENT | pagemap::PAGE_IS_PFNZERO,
+                    report: pagemap::PAGE_IS_WRITTEN,
+                };
+                let mut regions = Vec::new();
+                let end = pagemap::scan(&pm, from, USER_TOP, max, q, &mut regions)
+                    .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
+                let mut present = Vec::new();
+                for r in &regions {
+                    let written = r.categories & pagemap::PAGE_IS_WRITTEN != 0;
+                    present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| (a, written)));
+                }
+                self.observe(pid, &present, out);
+                (present.len() as u64, (end < USER_TOP).then_some(end))
+            }
+            Tracker::SoftDirty => {
+                let mut taken = 0u64;
+                for (lo, hi) in anonymous_ranges(pid) {
+                    let mut addr = lo.max(from);
+                    while addr < hi {
+                        if taken >= max {
+                            return Ok((taken, Some(addr)));
+                        }
+                        let n = ((hi - addr) / PAGE).min(max - taken).min(4096) as usize;
+                        let Ok(entries) = pagemap::entries(&pm, addr, n) else { break };
+                        let present: Vec<(u64, bool)> = entries
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, &e)| pagemap::present(e))
+                            .map(|(i, &e)| (addr + i as u64 * PAGE, pagemap::soft_dirty(e)))
+                            .collect();
+                        self.observe(pid, &present, out);
+                        taken += n as u64;
+                        addr += n as u64 * PAGE;
+                    }
+                }
+                (taken, None)
+            }
+        })
     }
 }
 
@@ -142,7 +502,8 @@ impl Machine for Linux {
     }
 
     fn nodes(&mut self) -> Vec<NodeObs> {
-        let Ok(topo) = strata_topo::discover_at(&self.sysfs, None) else { return Vec::new() };
+        let tiers = std::env::var("STRATA_TIERS").ok();
+        let Ok(topo) = strata_topo::discover_at(&self.sysfs, tiers.as_deref()) else { return Vec::new() };
         let cpu_node = topo.nodes.iter().find(|n| n.has_cpus).map_or(0, |n| n.id);
         let mut nodes: Vec<NodeObs> = topo
             .nodes
@@ -155,62 +516,62 @@ impl Machine for Linux {
                 free_bytes: n.free_bytes,
             })
             .collect();
+        // free for the engine: above the kernel's watermarks (for this machine's own sysfs)
+        if self.sysfs == Path::new("/sys") {
+            let usable = std::fs::read_to_string("/proc/zoneinfo").map(|z| movable_free(&z)).unwrap_or_default();
+            for n in &mut nodes {
+                if let Some(&u) = usable.get(&n.node) {
+                    n.free_bytes = n.free_bytes.min(u);
+                }
+            }
+        }
         nodes.sort_by_key(|n| (n.distance, n.node));
-        self.tier_of = nodes.iter().map(|n| (n.node, n.tier)).collect();
+        let tiers: BTreeMap<Node, Tier> = nodes.iter().map(|n| (n.node, n.tier)).collect();
+        if tiers != self.tier_of {
+            // memory came or went (hot-plugged blocks): the frames' nodes too
+            self.frames = Frames::load(&self.sysfs);
+            self.tier_of = tiers;
+        }
         nodes
     }
 
     fn can_scan(&self) -> bool {
-        self.soft_dirty
+        self.soft_dirty || self.pagemap_scan
     }
 
-    /// Soft-dirty bits of the tracked objects' pages, from /proc/PID/pagemap; cleared for
-    /// every process (clear_refs 4) when a full scan ends.
+    /// The processes in pid order, each by its tracker, from where the last call stopped.
     fn scan(&mut self, max: u64, out: &mut Vec<PageObs>) -> bool {
-        if !self.soft_dirty {
-            return true;
-        }
         self.discover();
         let mut taken = 0u64;
-        let ranges = self.ranges();
-        for (pid, lo, hi) in ranges {
-            if (pid, hi) <= self.cursor {
-                continue;
-            }
-            let Ok(pagemap) = File::open(format!("/proc/{pid}/pagemap")) else { continue };
-            let mut addr = if pid == self.cursor.0 { lo.max(self.cursor.1) } else { lo };
-            while addr < hi {
-                if taken >= max {
-                    self.cursor = (pid, addr);
-                    return false;
-                }
-                let n = ((hi - addr) / PAGE).min(max - taken).min(4096) as usize;
-                let Ok(entries) = crate::probe::read_pagemap(&pagemap, addr, n) else { break };
-                let mut present = Vec::new();
-                for (i, e) in entries.into_iter().enumerate() {
-                    if e >> 63 & 1 == 1 {
-                        present.push((addr + i as u64 * PAGE, e >> 55 & 1 == 1));
-                    }
-                }
-                let addrs: Vec<u64> = present.iter().map(|p| p.0).collect();
-                for ((a, written), node) in present.iter().zip(Linux::nodes_of(pid, &addrs)) {
-                    let Some(node) = node else { continue };
-                    let tier = self.tier_of.get(&node).copied().unwrap_or(Tier::MAX);
-                    out.push(PageObs { pid, addr: *a, tier, node, accessed: *written, dirty: *written });
-                }
-                taken += n as u64;
-                addr += n as u64 * PAGE;
+        let pids: Vec<u32> = self.procs.keys().copied().filter(|&p| p >= self.cursor.0).collect();
+        for pid in pids {
+            let from = if pid == self.cursor.0 { self.cursor.1 } else { 0 };
+            let before = out.len();
+            let result = self.scan_process(pid, from, max - taken, out);
+            let Some(p) = self.procs.get_mut(&pid) else { continue };
+            p.pages_now += (out.len() - before) as u64;
+            let (n, stopped) = result.as_ref().map_or((0, None), |r| *r);
+            p.scan_error = result.err();
+            taken += n;
+            if let Some(at) = stopped {
+                self.cursor = (pid, at);
+                return false;
             }
         }
-        for pid in self.channels.keys() {
+        // a pass ended: soft-dirty bits start again from clean
+        let soft: Vec<u32> = self.procs.keys().copied().filter(|&p| self.tracker(p) == Tracker::SoftDirty).collect();
+        for pid in soft {
             let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "4");
+        }
+        for p in self.procs.values_mut() {
+            p.pages_last = Some(std::mem::take(&mut p.pages_now));
         }
         self.cursor = (0, 0);
         true
     }
 
     fn locate(&mut self, pid: u32, pages: &[u64]) -> Vec<Option<Node>> {
-        Linux::nodes_of(pid, pages)
+        self.nodes_of(pid, pages)
     }
 
     fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
@@ -222,23 +583,23 @@ impl Machine for Linux {
     }
 
     fn set_directive(&mut self, pid: u32, context: u32, d: Directive) -> Result<(), Refusal> {
-        match self.channels.get(&pid) {
+        match self.procs.get(&pid).and_then(|p| p.channel.as_ref()) {
             Some(c) if c.set_directive(context, d) => Ok(()),
             Some(_) => Err(Refusal::Other(libc::EINVAL)),
             None => Err(Refusal::Gone),
         }
     }
 
-    /// The tracked objects of every process, each with its residency (move_pages).
+    /// The tracked objects of every process, each with its residency.
     fn objects(&mut self, out: &mut Vec<ObjectObs>) {
         self.discover();
         let start = out.len();
-        for c in self.channels.values() {
+        for c in self.procs.values().filter_map(|p| p.channel.as_ref()) {
             c.objects(out);
         }
         for o in &mut out[start..] {
             let pages: Vec<u64> = (o.addr..o.addr + o.len).step_by(PAGE as usize).collect();
-            for node in Linux::nodes_of(o.pid, &pages).into_iter().flatten() {
+            for node in self.nodes_of(o.pid, &pages).into_iter().flatten() {
                 o.resident_bytes += PAGE;
                 if self.tier_of.get(&node) == Some(&0) {
                     o.fast_bytes += PAGE;
@@ -249,52 +610,141 @@ impl Machine for Linux {
 
     fn contexts(&mut self, out: &mut Vec<ContextObs>) {
         self.discover();
-        for c in self.channels.values_mut() {
+        for c in self.procs.values_mut().filter_map(|p| p.channel.as_mut()) {
             c.contexts(out);
         }
+    }
+
+    fn processes(&mut self) -> Vec<ProcessObs> {
+        self.discover();
+        self.procs
+            .iter()
+            .map(|(&pid, p)| ProcessObs {
+                pid,
+                command: p.command.clone(),
+                claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
+                given_priority: p.given_priority,
+            })
+            .collect()
+    }
+
+    fn resident(&mut self, pid: u32) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for (node, bytes) in node_bytes(pid) {
+            let tier = self.tier_of.get(&node).copied().unwrap_or(0) as usize;
+            if out.len() <= tier {
+                out.resize(tier + 1, 0);
+            }
+            out[tier] += bytes;
+        }
+        out
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::{Command, Stdio};
+    use std::process::{Child, Command, Stdio};
+
+    fn libstrata() -> PathBuf {
+        let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build/libstrata.so");
+        assert!(lib.exists(), "run `make lib` first ({} is missing)", lib.display());
+        lib
+    }
 
     /// A shell under LD_PRELOAD=libstrata.so holding a 64 KiB variable (a tracked object).
-    #[test]
-    fn a_preloaded_process_is_found_its_objects_located_and_its_pages_gone_when_it_exits() {
-        let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build/libstrata.so");
-        assert!(lib.exists(), "run `make lib` first ({} is missing)", lib.display());
-        let mut child = Command::new("sh")
+    fn preloaded_shell(env: &[(&str, &str)]) -> Child {
+        Command::new("sh")
             .args(["-c", "x=$(head -c 65536 /dev/zero | tr '\\0' a); sleep 30"])
-            .env("LD_PRELOAD", &lib)
+            .env("LD_PRELOAD", libstrata())
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
-            .unwrap();
-        let pid = child.id();
-        let mut m = Linux::new();
+            .unwrap()
+    }
+
+    /// Wait until `pid` is managed and `ok` holds.
+    fn until(m: &mut Linux, pid: u32, mut ok: impl FnMut(&mut Linux) -> bool) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut objects = Vec::new();
         while Instant::now() < deadline {
             m.discovered = None; // look again now
-            objects.clear();
-            if m.processes().contains(&pid) {
-                m.nodes();
-                m.objects(&mut objects);
-                if objects.iter().any(|o| o.pid == pid && o.resident_bytes > 0) {
-                    break;
-                }
+            if m.pids().contains(&pid) && ok(m) {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let o = objects.iter().find(|o| o.pid == pid && o.resident_bytes > 0).cloned();
+        false
+    }
+
+    #[test]
+    fn a_preloaded_process_is_found_its_objects_located_and_its_pages_gone_when_it_exits() {
+        let mut child = preloaded_shell(&[("STRATA_PRIORITY", "high")]);
+        let pid = child.id();
+        let mut m = Linux::new();
+        let mut objects = Vec::new();
+        let found = until(&mut m, pid, |m| {
+            m.nodes();
+            objects.clear();
+            m.objects(&mut objects);
+            objects.iter().any(|o| o.pid == pid && o.resident_bytes > 0)
+        });
+        let procs = m.processes();
         let _ = child.kill();
         let _ = child.wait();
-        let o = o.unwrap_or_else(|| panic!("no resident tracked object of {pid}: {objects:?}"));
+        assert!(found, "no resident tracked object of {pid}: {objects:?}");
+        let o = objects.iter().find(|o| o.pid == pid && o.resident_bytes > 0).unwrap();
         assert!(o.fast_bytes <= o.resident_bytes && o.resident_bytes <= o.len.div_ceil(PAGE) * PAGE);
-        // the process has exited: its pages are gone, not an error
-        let st = m.move_pages(pid, &[o.addr], 0);
-        assert_eq!(st, vec![Err(Refusal::Gone)]);
+        let p = procs.iter().find(|p| p.pid == pid).unwrap();
+        assert_eq!((p.command.as_str(), p.claimed_priority, p.given_priority), ("sh", 10, None));
+        // the process has exited: its pages are gone, not an error, and it is forgotten
+        assert_eq!(m.move_pages(pid, &[o.addr], 0), vec![Err(Refusal::Gone)]);
+        assert!(!m.pids().contains(&pid));
+    }
+
+    #[test]
+    fn a_preloaded_process_is_scanned_by_pagemap_scan_where_the_kernel_has_it() {
+        if crate::probe::pagemap_scan().is_err() {
+            eprintln!("skipped: this kernel has no asynchronous write-protect (PAGEMAP_SCAN)");
+            return;
+        }
+        let mut child = preloaded_shell(&[]);
+        let pid = child.id();
+        let mut m = Linux::new();
+        let tracked = until(&mut m, pid, |m| m.tracker(pid) == Tracker::PagemapScan);
+        m.nodes();
+        // two full scans: every present page of Strata's memory, then none written since
+        let mut first = Vec::new();
+        while !m.scan(1 << 20, &mut first) {}
+        let mut second = Vec::new();
+        while !m.scan(64, &mut second) {} // in small steps: the cursor carries on
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(tracked, "tracker {:?}", m.tracker(pid));
+        let mine = |v: &Vec<PageObs>| v.iter().filter(|p| p.pid == pid).cloned().collect::<Vec<_>>();
+        let (first, second) = (mine(&first), mine(&second));
+        assert!(first.len() >= 16, "the shell's 64 KiB and more: {} pages", first.len());
+        assert!(first.iter().any(|p| p.dirty), "its pages were written before the first scan");
+        assert_eq!(second.len(), first.len(), "the same pages, present still");
+        assert!(second.iter().all(|p| !p.dirty), "a sleeping shell writes nothing");
+    }
+
+    #[test]
+    fn any_process_can_be_attached_with_a_priority_and_detached() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let mut m = Linux::new();
+        m.attach(pid, Some(-10)).unwrap();
+        let p = m.processes().into_iter().find(|p| p.pid == pid).expect("attached");
+        assert_eq!((p.command.as_str(), p.given_priority), ("sleep", Some(-10)));
+        let managed = m.managed();
+        assert!(managed.iter().any(|x| x.pid == pid && x.attached && !x.strata));
+        assert!(m.resident(pid).iter().sum::<u64>() > 0, "sleep has resident memory");
+        m.detach(pid).unwrap();
+        assert!(m.detach(pid).is_err());
+        assert!(m.attach(u32::MAX - 1, None).unwrap_err().contains("no process"));
+        assert!(m.attach(std::process::id(), None).is_err());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]
@@ -307,5 +757,31 @@ mod tests {
         assert_eq!(m.move_pages(pid, &[page], node), vec![Ok(())]);
         assert_eq!(m.locate(pid, &[page]), vec![Some(node)]);
         assert_eq!(m.locate(pid, &[page + (1 << 40)]), vec![None], "an unmapped page");
+    }
+
+    #[test]
+    fn free_memory_for_the_engine_is_above_the_watermarks_and_the_reserves_of_each_zone() {
+        // the guest's node 0 when the daemon had filled it: DMA's pages are all held back from
+        // movable allocations, DMA32 is below its high watermark
+        let z = "Node 0, zone      DMA\n  pages free     1983\n        min      7\n        low      10\n        high     13\n        protection: (0, 400, 4000, 4000, 4000)\n\
+                 Node 0, zone    DMA32\n  pages free     298\n        high     448\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 0, zone   Normal\n  pages free     0\n        high     0\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 0, zone  Movable\n  pages free     0\n        high     0\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 1, zone  Movable\n  pages free     100000\n        high     1000\n        protection: (0, 0, 0, 0, 0)\n";
+        let free = movable_free(z);
+        assert_eq!(free[&0], 0);
+        assert_eq!(free[&1], 99_000 * PAGE);
+        let here = movable_free(&std::fs::read_to_string("/proc/zoneinfo").unwrap());
+        let total: u64 = here.values().sum();
+        assert!(total > 0 && total < 64 << 40, "{here:?}");
+    }
+
+    #[test]
+    fn this_process_has_resident_bytes_on_some_node_and_anonymous_mappings() {
+        let v = vec![1u8; 1 << 20];
+        let bytes = node_bytes(std::process::id());
+        assert!(bytes.values().sum::<u64>() >= v.len() as u64, "{bytes:?}");
+        let at = v.as_ptr() as u64;
+        assert!(anonymous_ranges(std::process::id()).iter().any(|&(a, b)| a <= at && at < b));
     }
 }

@@ -60,6 +60,18 @@ pub fn move_statuses(status: &[libc::c_int], to: Node) -> Vec<MoveStatus> {
         .collect()
 }
 
+/// A process the engine manages, as the machine knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessObs {
+    pub pid: u32,
+    /// its command name (/proc/PID/comm), which configuration rules match
+    pub command: String,
+    /// the priority it claims for itself (STRATA_PRIORITY, through its channel)
+    pub claimed_priority: i32,
+    /// a priority given to it from outside (`strata attach --priority`), over any other
+    pub given_priority: Option<i32>,
+}
+
 /// A machine the engine observes and moves pages on.
 pub trait Machine {
     /// Bytes of a page.
@@ -105,5 +117,14 @@ pub trait Machine {
     /// Sample one LLC miss in `period`; false where the machine cannot.
     fn enable_samples(&mut self, _period: u64) -> bool {
         false
+    }
+    /// The processes the engine manages, where there may be several (none: the machine's
+    /// pages are all one program's).
+    fn processes(&mut self) -> Vec<ProcessObs> {
+        Vec::new()
+    }
+    /// Bytes of process `pid` resident in each tier (index: the tier).
+    fn resident(&mut self, _pid: u32) -> Vec<u64> {
+        Vec::new()
     }
 }

@@ -1,7 +1,10 @@
 //! The mover: carries out a policy's moves within a rate limit (MB/s, as tokens that accrue with
 //! the machine's time) and a cap per round: moves to slower tiers first, since they make the room
-//! that moves to faster ones need, then the highest priorities first.
+//! that moves to faster ones need; among moves to one tier, the processes' priorities first
+//! (promotions of the highest-priority processes, demotions of the lowest), then the actions'
+//! own priorities.
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 
 use strata_policy::{Action, Node, Tier};
 
@@ -30,17 +33,42 @@ impl Mover {
         self.last_ns = Some(now_ns);
     }
 
-    /// Apply one round's actions.
-    pub fn apply(&mut self, now_ns: u64, mut actions: Vec<Action>, m: &mut dyn Machine, stats: &mut Stats) {
+    /// A new configuration; the budget carries on.
+    pub fn reconfigure(&mut self, cfg: MoverConfig) {
+        self.tokens = self.tokens.min(cfg.max_bytes_per_round as f64);
+        self.cfg = cfg;
+    }
+
+    /// Apply one round's actions; `priority_of` gives processes' priorities (absent: 0).
+    pub fn apply(
+        &mut self,
+        now_ns: u64,
+        mut actions: Vec<Action>,
+        m: &mut dyn Machine,
+        stats: &mut Stats,
+        priority_of: &BTreeMap<u32, i32>,
+    ) {
         self.refill(now_ns);
         let nodes = m.nodes();
         let tier_of = |n: Node| nodes.iter().find(|x| x.node == n).map_or(Tier::MAX, |x| x.tier);
-        // moves to slower tiers first (they make the room the others need), then highest
-        // priority first; ties keep the policy's order
+        // moves to slower tiers first (they make the room the others need); to the fastest
+        // tier, the highest-priority processes first, to the others the lowest first; then
+        // the highest action priority; ties keep the policies' order
+        let process = |pid: u32, to: Tier| {
+            let p = i64::from(priority_of.get(&pid).copied().unwrap_or(0));
+            if to == 0 {
+                -p
+            } else {
+                p
+            }
+        };
         actions.sort_by_key(|a| match a {
-            Action::Move { to, priority, .. } => (Reverse(*to), Reverse(*priority)),
-            Action::MoveToNode { node, priority, .. } => (Reverse(tier_of(*node)), Reverse(*priority)),
-            Action::SetDirective { .. } => (Reverse(u8::MAX), Reverse(i64::MAX)),
+            Action::Move { pid, to, priority, .. } => (Reverse(*to), process(*pid, *to), Reverse(*priority)),
+            Action::MoveToNode { pid, node, priority, .. } => {
+                let to = tier_of(*node);
+                (Reverse(to), process(*pid, to), Reverse(*priority))
+            }
+            Action::SetDirective { .. } => (Reverse(u8::MAX), i64::MIN, Reverse(i64::MAX)),
         });
         let mut round =
             Round { free: nodes.iter().map(|n| (n.node, n.free_bytes)).collect(), cap: self.cfg.max_bytes_per_round };
@@ -63,7 +91,9 @@ impl Mover {
     }
 
     /// Move the pages of a range that are not on one of `targets` to them: the first target
-    /// while it has room, then the next; within the budget.
+    /// while it has room, then the next; within the budget. A node's room is its free bytes
+    /// as the machine gives them (above the kernel's watermarks on Linux) less what this
+    /// round's moves have put there; what fits nowhere is refused as no_room.
     #[allow(clippy::too_many_arguments)]
     fn move_range(
         &mut self,
@@ -96,12 +126,12 @@ impl Mover {
             pages.truncate(affordable);
         }
         let mut rest: &[(u64, Node)] = &pages;
-        for (k, &to) in targets.iter().enumerate() {
+        for &to in targets {
             if rest.is_empty() {
                 break;
             }
-            // the last target takes the rest (what does not fit is refused there)
-            let room = if k + 1 == targets.len() { rest.len() } else { (round.free(to) / page) as usize };
+            // as much as the target has room for, as the round's moves leave it
+            let room = (round.free(to) / page) as usize;
             let (go, next) = rest.split_at(room.min(rest.len()));
             rest = next;
             if go.is_empty() {
@@ -132,6 +162,9 @@ impl Mover {
                     Err(r) => *stats.refused_pages.entry(r.name()).or_default() += 1,
                 }
             }
+        }
+        if !rest.is_empty() {
+            *stats.refused_pages.entry(Refusal::NoRoom.name()).or_default() += rest.len() as u64;
         }
     }
 }
@@ -223,6 +256,34 @@ mod tests {
         }
     }
 
+    impl Mover {
+        /// apply, every process at the same priority
+        fn apply_all(&mut self, now_ns: u64, actions: Vec<Action>, m: &mut dyn Machine, stats: &mut Stats) {
+            self.apply(now_ns, actions, m, stats, &BTreeMap::new());
+        }
+    }
+
+    #[test]
+    fn a_higher_priority_process_is_promoted_first_and_a_lower_one_demoted_first() {
+        // room for 2 pages a round; process 1 (low) and 2 (high) each want 2 pages promoted,
+        // and each offers 2 pages for demotion
+        let mut m = Fake::two([100, 100], vec![1; 8]);
+        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut stats = Stats::default();
+        let prio = BTreeMap::from([(1, -10), (2, 10)]);
+        let up = |pid, addr: u64| Action::Move { pid, addr: addr * 4096, len: 2 * 4096, to: 0, priority: 0 };
+        mover.apply(0, vec![up(1, 0), up(2, 2)], &mut m, &mut stats, &prio);
+        assert_eq!((stats.processes.get(&1).map(|p| p.promoted_pages), stats.processes[&2].promoted_pages), (None, 2));
+        // now both have 2 pages fast (pages 2, 3 are process 2's; move process 1's up by hand)
+        m.node[0] = 0;
+        m.node[1] = 0;
+        let down = |pid, addr: u64| Action::Move { pid, addr: addr * 4096, len: 2 * 4096, to: 1, priority: 0 };
+        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut stats = Stats::default();
+        mover.apply(0, vec![down(2, 2), down(1, 0)], &mut m, &mut stats, &prio);
+        assert_eq!((stats.processes[&1].demoted_pages, stats.processes.get(&2).map(|p| p.demoted_pages)), (2, None));
+    }
+
     fn promote(addr: u64, pages: u64) -> Action {
         Action::Move { pid: 1, addr: addr * 4096, len: pages * 4096, to: 0, priority: 1 }
     }
@@ -232,7 +293,7 @@ mod tests {
         let mut m = Fake::two([10, 100], vec![1; 50]);
         let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 1 << 30 });
         let mut stats = Stats::default();
-        mover.apply(0, vec![promote(0, 30), promote(60, 2)], &mut m, &mut stats);
+        mover.apply_all(0, vec![promote(0, 30), promote(60, 2)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 10);
         assert_eq!(stats.refused_pages["no_room"], 20);
         assert!(!stats.refused_pages.contains_key("gone"), "pages not resident are skipped, not refused");
@@ -245,7 +306,7 @@ mod tests {
         let mut m = Fake::two([100, 100], vec![0, 0, 0, 1, 0, 0, 0, 1]);
         let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
         let mut stats = Stats::default();
-        mover.apply(0, vec![promote(0, 8)], &mut m, &mut stats);
+        mover.apply_all(0, vec![promote(0, 8)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 2);
         assert!(stats.refused_pages.is_empty(), "{:?}", stats.refused_pages);
         assert_eq!(m.on(0), 8);
@@ -257,12 +318,12 @@ mod tests {
         // 4 pages a round at most; 1 page's worth of tokens a millisecond
         let mut mover = Mover::new(MoverConfig { rate_mbps: 4096.0 / 1e3, max_bytes_per_round: 4 * 4096 });
         let mut stats = Stats::default();
-        mover.apply(0, vec![promote(0, 100)], &mut m, &mut stats);
+        mover.apply_all(0, vec![promote(0, 100)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 4, "the cap of the first round");
         assert_eq!(stats.refused_pages["budget"], 96);
-        mover.apply(2_000_000, vec![promote(4, 100)], &mut m, &mut stats);
+        mover.apply_all(2_000_000, vec![promote(4, 100)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 6, "2 ms later: two pages' worth of tokens");
-        mover.apply(1_000_000_000, vec![promote(6, 100)], &mut m, &mut stats);
+        mover.apply_all(1_000_000_000, vec![promote(6, 100)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 10, "tokens never exceed one round's cap");
     }
 
@@ -276,7 +337,7 @@ mod tests {
             Action::Move { pid: 1, addr: 2 * 4096, len: 4096, to: 0, priority: 20 },
             Action::Move { pid: 1, addr: 0, len: 4096, to: 1, priority: 0 },
         ];
-        mover.apply(0, acts, &mut m, &mut stats);
+        mover.apply_all(0, acts, &mut m, &mut stats);
         assert_eq!((stats.promoted_pages, stats.demoted_pages), (1, 1));
         assert!(stats.refused_pages.is_empty(), "{:?}", stats.refused_pages);
     }
@@ -287,14 +348,14 @@ mod tests {
         let mut m = Fake { cap: vec![4, 4, 100], tier: vec![0, 0, 1], node: vec![2; 10] };
         let mut mover = Mover::new(MoverConfig::default());
         let mut stats = Stats::default();
-        mover.apply(0, vec![promote(0, 6)], &mut m, &mut stats);
+        mover.apply_all(0, vec![promote(0, 6)], &mut m, &mut stats);
         assert_eq!((m.on(0), m.on(1)), (4, 2), "node 0 filled first, then node 1");
         assert_eq!(stats.promoted_pages, 6);
         let to_node =
             |addr: u64, node: Node| Action::MoveToNode { pid: 1, addr: addr * 4096, len: 4096, node, priority: 0 };
-        mover.apply(0, vec![to_node(4, 0)], &mut m, &mut stats);
+        mover.apply_all(0, vec![to_node(4, 0)], &mut m, &mut stats);
         assert_eq!(stats.refused_pages["no_room"], 1, "node 0 is full");
-        mover.apply(0, vec![to_node(0, 1), to_node(4, 0)], &mut m, &mut stats);
+        mover.apply_all(0, vec![to_node(0, 1), to_node(4, 0)], &mut m, &mut stats);
         assert_eq!((m.node[0], m.node[4]), (1, 0), "{:?}", m.node);
         assert_eq!((stats.rebalanced_pages, stats.promoted_pages, stats.demoted_pages), (2, 6, 0));
     }

@@ -8,34 +8,39 @@
 use std::fs;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::pagemap;
 
 /// One tracker and its verdict.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Tracker {
-    pub name: &'static str,
+    pub name: String,
     /// what it observes
-    pub sees: &'static str,
+    pub sees: String,
     pub available: bool,
+    /// whether the daemon uses it where it is available (the others are probed only)
+    pub used: bool,
     /// how it was found available, or why it is not
     pub reason: String,
 }
 
 /// Every tracker, in the order a daemon prefers them.
 pub fn probe() -> Vec<Tracker> {
-    let t = |name, sees, r: Result<String, String>| Tracker {
-        name,
-        sees,
+    let t = |name: &str, sees: &str, used: bool, r: Result<String, String>| Tracker {
+        name: name.into(),
+        sees: sees.into(),
         available: r.is_ok(),
+        used,
         reason: r.unwrap_or_else(|e| e),
     };
     vec![
-        t("perf-mem", "sampled loads and stores with addresses (reads and writes)", perf_mem()),
-        t("damon-vaddr", "accessed regions of a process (reads and writes, sampled)", damon_vaddr()),
-        t("idle-page", "pages accessed since marked idle (reads and writes)", idle_page()),
-        t("pagemap-scan", "pages written since the last scan (writes only)", pagemap_scan()),
-        t("soft-dirty", "pages written since the bits were cleared (writes only)", soft_dirty()),
-        t("hint-fault", "first access to sampled pages made inaccessible (reads and writes)", hint_fault()),
+        t("perf-mem", "sampled loads and stores with addresses (reads and writes)", false, perf_mem()),
+        t("damon-vaddr", "accessed regions of a process (reads and writes, sampled)", false, damon_vaddr()),
+        t("idle-page", "pages accessed since marked idle (reads and writes)", false, idle_page()),
+        t("pagemap-scan", "pages written since the last scan (writes only)", true, pagemap_scan()),
+        t("soft-dirty", "pages written since the bits were cleared (writes only)", true, soft_dirty()),
+        t("hint-fault", "first access to sampled pages made inaccessible (reads and writes)", false, hint_fault()),
     ]
 }
 
@@ -128,98 +133,49 @@ fn idle_page() -> Result<String, String> {
     }
 }
 
-/// The /proc/PID/pagemap entries of `n` pages from `addr` (bit 63 present, bit 55 soft-dirty).
-pub(crate) fn read_pagemap(pagemap: &fs::File, addr: u64, n: usize) -> std::io::Result<Vec<u64>> {
-    use std::os::unix::fs::FileExt;
-    let mut raw = vec![0u8; n * 8];
-    pagemap.read_exact_at(&mut raw, addr / 4096 * 8)?;
-    Ok(raw.chunks_exact(8).map(|e| u64::from_ne_bytes(e.try_into().expect("8 bytes"))).collect())
-}
-
 /// The pagemap entry of this process's page at `addr`.
 fn pagemap_entry(addr: u64) -> Result<u64, String> {
     let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-    read_pagemap(&f, addr, 1).map(|v| v[0]).map_err(|e| format!("/proc/self/pagemap: {e}"))
+    pagemap::entries(&f, addr, 1).map(|v| v[0]).map_err(|e| format!("/proc/self/pagemap: {e}"))
 }
 
 pub(crate) fn soft_dirty() -> Result<String, String> {
     let page = Page::new()?;
     fs::write("/proc/self/clear_refs", "4").map_err(|e| format!("/proc/self/clear_refs: {e}"))?;
-    let clean = pagemap_entry(page.addr())? >> 55 & 1;
+    let clean = pagemap::soft_dirty(pagemap_entry(page.addr())?);
     page.write(2);
-    let dirty = pagemap_entry(page.addr())? >> 55 & 1;
+    let dirty = pagemap::soft_dirty(pagemap_entry(page.addr())?);
     match (clean, dirty) {
-        (0, 1) => Ok("a written page showed the soft-dirty bit (pagemap bit 55) after clear_refs 4".into()),
+        (false, true) => Ok("a written page showed the soft-dirty bit (pagemap bit 55) after clear_refs 4".into()),
         _ => Err("a page written after clear_refs 4 shows no soft-dirty bit: the kernel is built without \
                   CONFIG_MEM_SOFT_DIRTY"
             .into()),
     }
 }
 
-// userfaultfd and PAGEMAP_SCAN (linux/userfaultfd.h, linux/fs.h)
+// userfaultfd (linux/userfaultfd.h)
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFD_API: u64 = 0xAA;
 const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
 const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
 const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
 const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
-const PAGEMAP_SCAN: libc::c_ulong = 0xc060_6610;
-const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
-const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
-const PAGE_IS_WRITTEN: u64 = 1 << 1;
-
-#[repr(C)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
-}
 
 /// Pages written in [start, end) since the last call (which write-protects them again).
-fn scan_written(start: u64, end: u64) -> Result<Vec<PageRegion>, String> {
+fn scan_written(start: u64, end: u64) -> Result<Vec<pagemap::Region>, String> {
     let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-    let mut regions = [PageRegion::default(); 4];
-    let mut arg = PmScanArg {
-        size: std::mem::size_of::<PmScanArg>() as u64,
-        flags: PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-        start,
-        end,
-        walk_end: 0,
-        vec: regions.as_mut_ptr() as u64,
-        vec_len: regions.len() as u64,
-        max_pages: 0,
-        category_inverted: 0,
-        category_mask: PAGE_IS_WRITTEN,
-        category_anyof_mask: 0,
-        return_mask: PAGE_IS_WRITTEN,
+    let q = pagemap::Query {
+        flags: pagemap::PM_SCAN_WP_MATCHING | pagemap::PM_SCAN_CHECK_WPASYNC,
+        inverted: 0,
+        mask: pagemap::PAGE_IS_WRITTEN,
+        report: pagemap::PAGE_IS_WRITTEN,
     };
-    use std::os::fd::AsRawFd;
-    // SAFETY: arg and regions outlive the call; the kernel writes at most vec_len regions
-    let n = unsafe { libc::ioctl(f.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
-    if n < 0 {
-        return Err(format!("PAGEMAP_SCAN: {}", std::io::Error::last_os_error()));
-    }
-    Ok(regions[..n as usize].to_vec())
+    let mut out = Vec::new();
+    pagemap::scan(&f, start, end, 0, q, &mut out).map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
+    Ok(out)
 }
 
-fn pagemap_scan() -> Result<String, String> {
+pub(crate) fn pagemap_scan() -> Result<String, String> {
     // SAFETY: a plain syscall; the descriptor is closed below
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
     if fd < 0 {

@@ -50,4 +50,8 @@ pub struct Stats {
     pub engine_cpu_ns: u64,
     pub tiers: Vec<TierStats>,
     pub processes: BTreeMap<u32, ProcessStats>,
+    /// how the fast tier was shared at the last round, where processes of several priorities
+    /// or with limits shared it (crate::share)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<crate::share::Group>,
 }

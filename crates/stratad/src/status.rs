@@ -1,23 +1,21 @@
-//! What `strata stats` shows: the tiers, the processes under Strata with their bytes on each
-//! tier, their top contexts and objects, and the daemon's own statistics when one runs.
+//! What `strata stats` shows: the tiers, the processes under Strata (and those attached) with
+//! their bytes on each tier, their top contexts and objects, and the running daemon's own
+//! status.
 //!
 //! Everything but the daemon's part is read directly from the machine, whoever runs it: the
 //! tiers from sysfs, each process's bytes per node from `/proc/PID/numa_maps` (the kernel's
-//! count, not Strata's), contexts and objects from the processes' channels. The daemon writes
-//! its statistics to a state file after every round ([`write_state`]); `strata stats` reads
-//! it, so it needs no connection to the daemon and works without one.
+//! count, not Strata's), contexts and objects from the processes' channels. The daemon's part
+//! (priorities, trackers, shares, what it moved) comes from the daemon over its control
+//! socket ([`crate::control`]).
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::SystemTime;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Directive, ObjectObs};
 
-use crate::linux::Linux;
+use crate::control::{request, Request};
+use crate::linux::{node_bytes, Linux, Managed};
 use crate::{Machine, Stats};
-
-/// Where the daemon keeps its state file unless told otherwise.
-pub const STATE_FILE: &str = "/run/strata/stratad.json";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TierStatus {
@@ -37,6 +35,9 @@ pub struct ProcessStatus {
     pub objects: usize,
     /// bytes of its tracked objects
     pub tracked_bytes: u64,
+    /// its priority in force and how the daemon sees its writes, when a daemon manages it
+    pub priority: Option<i32>,
+    pub tracker: Option<crate::linux::Tracker>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -60,12 +61,35 @@ pub struct ObjectStatus {
     pub fast_bytes: u64,
 }
 
-/// The daemon's state file: its statistics after its last round.
+/// A process the daemon manages, with what the daemon makes of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DaemonState {
+pub struct DaemonProcess {
+    #[serde(flatten)]
+    pub process: Managed,
+    /// the priority in force: given from outside, else its configuration rule's, else its own
+    pub priority: i32,
+    /// its fast-tier limit, from its configuration rule
+    pub max_fast_bytes: Option<u64>,
+}
+
+/// The daemon's status, as it answers `{"op":"status"}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DaemonStatus {
     pub pid: u32,
-    /// seconds since the epoch when it was written
-    pub written_at: u64,
+    pub policy: String,
+    /// its configuration file, if any
+    pub config: Option<PathBuf>,
+    pub uptime_s: f64,
+    pub period_ms: f64,
+    pub processes: Vec<DaemonProcess>,
+    /// processes whose channel it refused, and why
+    pub refused: BTreeMap<u32, String>,
+    /// what this kernel and hardware offer for tracking (`strata daemon --probe`)
+    pub trackers: Vec<crate::probe::Tracker>,
+    /// bytes migrated per second over the last ten seconds, MB/s
+    pub migration_rate_mbps: f64,
+    /// how the last reload went (SIGHUP or `{"op":"reload"}`), if there was one
+    pub last_reload: Option<String>,
     pub stats: Stats,
 }
 
@@ -77,54 +101,18 @@ pub struct Status {
     pub top_contexts: Vec<ContextStatus>,
     /// the largest tracked objects, over every process
     pub top_objects: Vec<ObjectStatus>,
-    /// the daemon's statistics, if a daemon is running (its state file names a live process)
-    pub daemon: Option<DaemonState>,
+    /// the daemon's status, if one answers on the socket
+    pub daemon: Option<DaemonStatus>,
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// Write the daemon's state (a temporary file renamed over the old one, so a reader never
-/// sees half of it).
-pub fn write_state(path: &Path, stats: &Stats) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let state = DaemonState { pid: std::process::id(), written_at: now_secs(), stats: stats.clone() };
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// The daemon's state, if the file is there and its writer is alive.
-pub fn read_state(path: &Path) -> Option<DaemonState> {
-    let s: DaemonState = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    Path::new(&format!("/proc/{}", s.pid)).exists().then_some(s)
-}
-
-/// Resident bytes per node of process `pid`, from /proc/PID/numa_maps.
-pub fn node_bytes(pid: u32) -> BTreeMap<u8, u64> {
-    let mut out = BTreeMap::new();
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")) else { return out };
-    for line in text.lines() {
-        let page_kb = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("kernelpagesize_kB="))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(4);
-        for w in line.split_whitespace() {
-            let Some((node, pages)) = w.strip_prefix('N').and_then(|r| r.split_once('=')) else { continue };
-            if let (Ok(node), Ok(pages)) = (node.parse::<u8>(), pages.parse::<u64>()) {
-                *out.entry(node).or_default() += pages * page_kb * 1024;
-            }
-        }
-    }
-    out
+/// The status of the daemon answering on `socket`, if one does.
+pub fn daemon_status(socket: &Path) -> Option<DaemonStatus> {
+    request(socket, &Request::Status {}).ok().and_then(|r| r.status).map(|s| *s)
 }
 
 /// Gather the status now; `top` contexts and objects at most.
-pub fn gather(m: &mut Linux, state: &Path, top: usize) -> Status {
+pub fn gather(m: &mut Linux, socket: &Path, top: usize) -> Status {
+    let daemon = daemon_status(socket);
     let nodes = m.nodes();
     let tiers = strata_policy::tiers_of(&nodes)
         .into_iter()
@@ -140,15 +128,21 @@ pub fn gather(m: &mut Linux, state: &Path, top: usize) -> Status {
     let mut objects: Vec<ObjectObs> = Vec::new();
     m.contexts(&mut contexts);
     m.objects(&mut objects);
-    let processes = m
-        .processes()
+    // the processes under Strata found here, and those the daemon manages besides
+    let mut pids = m.pids();
+    pids.extend(daemon.iter().flat_map(|d| d.processes.iter().map(|p| p.process.pid)));
+    pids.sort_unstable();
+    pids.dedup();
+    let processes = pids
         .into_iter()
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
         .map(|pid| {
             let mut tier_bytes = BTreeMap::new();
             for (node, bytes) in node_bytes(pid) {
                 *tier_bytes.entry(tier_of.get(&node).copied().unwrap_or(u8::MAX)).or_default() += bytes;
             }
             let mine = objects.iter().filter(|o| o.pid == pid);
+            let managed = daemon.as_ref().and_then(|d| d.processes.iter().find(|p| p.process.pid == pid));
             ProcessStatus {
                 pid,
                 command: std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().into(),
@@ -156,6 +150,8 @@ pub fn gather(m: &mut Linux, state: &Path, top: usize) -> Status {
                 contexts: contexts.iter().filter(|c| c.pid == pid).count(),
                 objects: mine.clone().count(),
                 tracked_bytes: mine.map(|o| o.len).sum(),
+                priority: managed.map(|p| p.priority),
+                tracker: managed.map(|p| p.process.tracker),
             }
         })
         .collect();
@@ -189,33 +185,6 @@ pub fn gather(m: &mut Linux, state: &Path, top: usize) -> Status {
                 fast_bytes: o.fast_bytes,
             })
             .collect(),
-        daemon: read_state(state),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn this_process_has_resident_bytes_on_some_node() {
-        let v = vec![1u8; 1 << 20];
-        let bytes = node_bytes(std::process::id());
-        assert!(bytes.values().sum::<u64>() >= v.len() as u64, "{bytes:?}");
-    }
-
-    #[test]
-    fn the_state_file_is_read_back_while_its_writer_lives() {
-        let dir = std::env::temp_dir().join(format!("strata-state-{}", std::process::id()));
-        let path = dir.join("stratad.json");
-        let stats = Stats { policy: "ambix".into(), rounds: 7, ..Stats::default() };
-        write_state(&path, &stats).unwrap();
-        let s = read_state(&path).expect("written by a live process: this one");
-        assert_eq!((s.pid, s.stats.rounds), (std::process::id(), 7));
-        // a state file whose writer is gone is not a running daemon's
-        let dead = DaemonState { pid: u32::MAX - 1, written_at: 0, stats };
-        std::fs::write(&path, serde_json::to_vec(&dead).unwrap()).unwrap();
-        assert!(read_state(&path).is_none());
-        let _ = std::fs::remove_dir_all(dir);
+        daemon,
     }
 }

@@ -71,7 +71,7 @@ pub struct Options {
     /// a 64 MiB record here would be half a 128 MiB footprint (docs/tiering.md)
     #[arg(long, value_name = "MB")]
     pub split_mb: Option<f64>,
-    /// The engine's configuration for every engine policy (examples/engine.toml); --period-ms
+    /// The engine's configuration for every engine policy (examples/strata.toml); --period-ms
     /// and --sample-period set its scanner period and sampler, --split-mb MAT's records (where
     /// the file does not set them)
     #[arg(long, value_name = "FILE")]

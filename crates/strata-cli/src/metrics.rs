@@ -1,0 +1,208 @@
+//! `strata stats --metrics ADDR`: what `strata stats --json` shows, as Prometheus metrics at
+//! `http://ADDR/metrics` (the OpenMetrics text format, encoded by prometheus-client and served
+//! by axum), gathered afresh at every scrape.
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `strata_tier_capacity_bytes`, `strata_tier_free_bytes` | tier | each tier's memory |
+//! | `strata_tier_bytes` | tier, pid, command | a process's resident bytes on a tier (numa_maps) |
+//! | `strata_process_tracked_bytes` | pid, command | bytes of its tracked objects |
+//! | `strata_process_priority` | pid, command | its priority in force (daemon) |
+//! | `strata_process_tracked_pages` | pid, command, tracker | pages its tracker saw in its last pass (daemon) |
+//! | `strata_daemon_up` | | 1 when a daemon answers |
+//! | `strata_daemon_rounds_total`, `..._pages_scanned_total` | | rounds and pages scanned |
+//! | `strata_daemon_promoted_bytes_total`, `..._demoted_bytes_total`, `..._migrated_bytes_total` | | what it moved |
+//! | `strata_daemon_refused_pages_total` | reason | moves refused (no_room, gone, budget, ...) |
+//! | `strata_daemon_migration_rate_bytes_per_second` | | over the last ten seconds |
+//! | `strata_daemon_cpu_seconds_total` | | the engine's CPU time |
+//! | `strata_daemon_fast_share_bytes` | group, priority | a group's share of the fast tier, when shared |
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use stratad::linux::Linux;
+use stratad::status::{gather, Status};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabel {
+    tier: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessLabels {
+    pid: String,
+    command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierProcessLabels {
+    tier: String,
+    pid: String,
+    command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrackerLabels {
+    pid: String,
+    command: String,
+    tracker: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    /// `priority:N` (the processes of priority N without a limit) or `pid:N` (one with a limit)
+    group: String,
+    priority: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// A gauge family registered under `name`.
+fn family<L, M>(r: &mut Registry, name: &str, help: &str) -> Family<L, M>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+    M: prometheus_client::metrics::TypedMetric
+        + prometheus_client::encoding::EncodeMetric
+        + Default
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + 'static,
+{
+    let f = Family::<L, M>::default();
+    r.register(name, help, f.clone());
+    f
+}
+
+fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(v);
+    r.register(name, help, c);
+}
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = FloatGauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+/// The status as the text of a scrape.
+pub fn render(s: &Status) -> String {
+    let mut r = Registry::with_prefix("strata");
+    let cap = family::<TierLabel, Gauge>(&mut r, "tier_capacity_bytes", "Bytes of memory in the tier");
+    let free = family::<TierLabel, Gauge>(&mut r, "tier_free_bytes", "Bytes free in the tier");
+    for t in &s.tiers {
+        let l = TierLabel { tier: t.tier.to_string() };
+        cap.get_or_create(&l).set(t.capacity_bytes as i64);
+        free.get_or_create(&l).set(t.free_bytes as i64);
+    }
+    let tier_bytes =
+        family::<TierProcessLabels, Gauge>(&mut r, "tier_bytes", "A process's resident bytes on the tier (numa_maps)");
+    let tracked =
+        family::<ProcessLabels, Gauge>(&mut r, "process_tracked_bytes", "Bytes of a process's tracked objects");
+    let priority = family::<ProcessLabels, Gauge>(&mut r, "process_priority", "A process's priority in force");
+    for p in &s.processes {
+        let (pid, command) = (p.pid.to_string(), p.command.clone());
+        for (tier, b) in &p.tier_bytes {
+            let l = TierProcessLabels { tier: tier.to_string(), pid: pid.clone(), command: command.clone() };
+            tier_bytes.get_or_create(&l).set(*b as i64);
+        }
+        let l = ProcessLabels { pid, command };
+        tracked.get_or_create(&l).set(p.tracked_bytes as i64);
+        if let Some(prio) = p.priority {
+            priority.get_or_create(&l).set(prio.into());
+        }
+    }
+    gauge(&mut r, "daemon_up", "1 when a daemon answers on its socket", if s.daemon.is_some() { 1.0 } else { 0.0 });
+    if let Some(d) = &s.daemon {
+        let st = &d.stats;
+        let pages = family::<TrackerLabels, Gauge>(
+            &mut r,
+            "process_tracked_pages",
+            "Pages the process's tracker saw in its last whole pass",
+        );
+        for p in &d.processes {
+            let tracker = serde_json::to_value(p.process.tracker).ok().and_then(|v| v.as_str().map(String::from));
+            let l = TrackerLabels {
+                pid: p.process.pid.to_string(),
+                command: p.process.command.clone(),
+                tracker: tracker.unwrap_or_default(),
+            };
+            pages.get_or_create(&l).set(p.process.tracked_pages.unwrap_or(0) as i64);
+        }
+        counter(&mut r, "daemon_rounds", "Rounds the daemon ran", st.rounds);
+        counter(&mut r, "daemon_pages_scanned", "Pages its trackers reported", st.pages_scanned);
+        counter(&mut r, "daemon_promoted_bytes", "Bytes moved to a faster tier", st.promoted_bytes);
+        counter(&mut r, "daemon_demoted_bytes", "Bytes moved to a slower tier", st.demoted_bytes);
+        counter(&mut r, "daemon_migrated_bytes", "Every byte moved", st.migrated_bytes);
+        let refused = family::<ReasonLabel, Counter>(&mut r, "daemon_refused_pages", "Page moves refused, by reason");
+        for (why, n) in &st.refused_pages {
+            refused.get_or_create(&ReasonLabel { reason: why.clone() }).inc_by(*n);
+        }
+        gauge(
+            &mut r,
+            "daemon_migration_rate_bytes_per_second",
+            "Bytes moved per second over the last ten seconds",
+            d.migration_rate_mbps * 1e6,
+        );
+        let cpu = Counter::<f64, AtomicU64>::default();
+        cpu.inc_by(st.engine_cpu_ns as f64 / 1e9);
+        r.register("daemon_cpu_seconds", "CPU time of the daemon's rounds", cpu);
+        let share = family::<GroupLabels, Gauge>(&mut r, "daemon_fast_share_bytes", "A group's share of the fast tier");
+        for g in &st.groups {
+            let group = match g.key {
+                stratad::share::GroupKey::Priority(p) => format!("priority:{p}"),
+                stratad::share::GroupKey::Limited(pid) => format!("pid:{pid}"),
+            };
+            share.get_or_create(&GroupLabels { group, priority: g.priority.to_string() }).set(g.share_bytes as i64);
+        }
+    }
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String");
+    out
+}
+
+struct Scrape {
+    machine: Mutex<Linux>,
+    socket: PathBuf,
+    top: usize,
+}
+
+async fn metrics(State(s): State<Arc<Scrape>>) -> impl IntoResponse {
+    let body = tokio::task::spawn_blocking(move || {
+        let mut m = s.machine.lock().unwrap_or_else(|e| e.into_inner());
+        render(&gather(&mut m, &s.socket, s.top))
+    })
+    .await
+    .unwrap_or_else(|e| format!("# gathering failed: {e}\n"));
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
+}
+
+/// Serve the metrics at http://addr/metrics until the process is stopped.
+pub fn serve(addr: SocketAddr, socket: PathBuf, top: usize) -> anyhow::Result<()> {
+    let state = Arc::new(Scrape { machine: Mutex::new(Linux::new()), socket, top });
+    let app = Router::new().route("/metrics", get(metrics)).with_state(state);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+        eprintln!("strata stats: serving Prometheus metrics at http://{}/metrics", listener.local_addr()?);
+        axum::serve(listener, app).await.context("serving metrics")
+    })
+}

@@ -1,0 +1,352 @@
+//! `strata daemon`, `strata attach` and `strata stats` on this machine (one node: nothing
+//! moves between tiers here; the QEMU guest suite, tests/vm.rs, checks the moves). Each test
+//! runs its own daemon on a socket of its own.
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn strata(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("run strata");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let (code, out, err) = strata(args);
+    assert_eq!(code, 0, "strata {args:?} failed: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("strata {args:?}: not JSON ({e}): {out}"))
+}
+
+fn repo(p: &str) -> String {
+    format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A folder of the test's own, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("strata-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn path(&self, f: &str) -> String {
+        self.0.join(f).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A daemon in the background, stopped when dropped.
+struct Daemon(Child);
+
+impl Daemon {
+    fn start(args: &[&str]) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Daemon(child)
+    }
+    /// Stop it (SIGTERM) and return what it said on stderr.
+    fn stop(mut self) -> String {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let mut err = String::new();
+        let _ = self.0.stderr.take().unwrap().read_to_string(&mut err);
+        let _ = self.0.wait();
+        err
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Poll `strata stats --json` on `socket` until `ok` holds (15 s at most); the last status.
+fn stats_until(socket: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = json(&["stats", "--json", "--socket", socket]);
+        if ok(&v) || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_it_lacks() {
+    let dir = Dir::new("daemon-probe");
+    let sock = dir.path("sock");
+    let v = json(&["daemon", "--probe", "--json"]);
+    let trackers = v.as_array().unwrap();
+    let names: Vec<&str> = trackers.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["perf-mem", "damon-vaddr", "idle-page", "pagemap-scan", "soft-dirty", "hint-fault"]);
+    for t in trackers {
+        assert!(t["available"].is_boolean() && t["used"].is_boolean(), "{t}");
+        assert!(!t["reason"].as_str().unwrap().is_empty(), "{t}");
+    }
+    // a policy that needs no tracker runs its rounds and reports them
+    let stats = json(&[
+        "daemon",
+        "--policy",
+        "first-touch",
+        "--rounds",
+        "2",
+        "--period-ms",
+        "10",
+        "--json",
+        "-q",
+        "--socket",
+        &sock,
+    ]);
+    assert_eq!(stats["rounds"], 2, "{stats}");
+    // ambix scans pages: it runs where the kernel has a write tracker, else is refused saying so
+    let scans = trackers.iter().any(|t| t["used"] == true && t["available"] == true);
+    let (code, _, err) =
+        strata(&["daemon", "--policy", "ambix", "--rounds", "1", "--period-ms", "10", "-q", "--socket", &sock]);
+    if scans {
+        assert_eq!(code, 0, "{err}");
+    } else {
+        assert_eq!(code, 1);
+        assert!(err.contains("needs page scans") && err.contains("--probe"), "{err}");
+    }
+    let (code, _, err) = strata(&["daemon", "--policy", "no-such-policy", "--rounds", "1", "--socket", &sock]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no-such-policy"), "{err}");
+}
+
+#[test]
+fn stats_shows_a_process_under_strata_and_the_running_daemons_status() {
+    let dir = Dir::new("daemon-stats");
+    let sock = dir.path("sock");
+    let mut child = Command::new("sh")
+        .args(["-c", "x=$(head -c 200000 /dev/zero | tr '\\0' a); sleep 20"])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .env("STRATA_PRIORITY", "low")
+        .env("STRATA_DAEMON_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as u64;
+    let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
+    let v = stats_until(&sock, |v| {
+        let seen =
+            v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid && p["objects"].as_u64() > Some(0));
+        seen && v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid))
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(daemon);
+    let p = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(p["command"], "sh");
+    let resident: u64 = p["tier_bytes"].as_object().unwrap().values().map(|b| b.as_u64().unwrap()).sum();
+    assert!(resident > 0 && p["tracked_bytes"].as_u64() >= Some(200_000), "{p}");
+    assert_eq!(p["priority"], -10, "the priority it claimed: {p}");
+    assert!(v["tiers"].as_array().unwrap().iter().all(|t| t["capacity_bytes"].as_u64() > Some(0)), "{v}");
+    let d = &v["daemon"];
+    assert_eq!(d["stats"]["policy"], "first-touch", "{v}");
+    assert!(d["stats"]["rounds"].as_u64() > Some(0), "{v}");
+    let managed = d["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap();
+    assert_eq!(
+        (managed["strata"].as_bool(), managed["claimed_priority"].as_i64()),
+        (Some(true), Some(-10)),
+        "{managed}"
+    );
+    assert!(managed["tracker"].is_string() && d["trackers"].as_array().unwrap().len() == 6, "{d}");
+}
+
+#[test]
+fn a_process_started_under_strata_announces_itself_to_a_running_daemon() {
+    let dir = Dir::new("daemon-hello");
+    let sock = dir.path("sock");
+    // discovery by looking only every 100 s: the process is found because it says hello
+    let cfg = dir.path("strata.toml");
+    std::fs::write(&cfg, "[daemon]\npolicy = \"first-touch\"\ndiscovery_ms = 100000\n").unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "20", "-q", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    let mut child = Command::new("sh")
+        .args(["-c", "x=$(head -c 100000 /dev/zero | tr '\\0' a); sleep 20"])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .env("STRATA_DAEMON_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as u64;
+    let v =
+        stats_until(&sock, |v| v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid)));
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(daemon);
+    let managed = v["daemon"]["processes"].as_array().unwrap();
+    assert!(managed.iter().any(|p| p["pid"] == pid), "the process did not announce itself: {v}");
+}
+
+#[test]
+fn any_process_can_be_attached_with_a_priority_and_detached_and_bad_requests_say_why() {
+    let dir = Dir::new("daemon-attach");
+    let sock = dir.path("sock");
+    let (code, _, err) = strata(&["attach", "1", "--socket", &sock]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no daemon answers") && err.contains("strata daemon"), "{err}");
+    let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid_n = sleeper.id();
+    let pid = pid_n.to_string();
+    let (code, out, err) = strata(&["attach", &pid, "--priority", "low", "--socket", &sock]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("attached, priority -10"), "{out}");
+    let v = json(&["stats", "--json", "--socket", &sock]);
+    let p = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid_n);
+    assert_eq!(p.unwrap_or_else(|| panic!("{v}"))["priority"], -10, "{v}");
+    // a restarted daemon takes the attachment back
+    let err = daemon.stop();
+    assert!(err.contains("programs keep their pages"), "{err}");
+    let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
+    let v = stats_until(&sock, |v| v["daemon"]["processes"].as_array().is_some_and(|d| !d.is_empty()));
+    let p = v["daemon"]["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid_n);
+    let p = p.unwrap_or_else(|| panic!("the restarted daemon forgot the attachment: {v}"));
+    assert_eq!((p["attached"].as_bool(), p["given_priority"].as_i64()), (Some(true), Some(-10)), "{p}");
+    let (code, out, _) = strata(&["attach", &pid, "--detach", "--socket", &sock]);
+    assert!(code == 0 && out.contains("detached"), "{out}");
+    let (code, _, err) = strata(&["attach", &pid, "--detach", "--socket", &sock]);
+    assert!(code == 1 && err.contains("not managed"), "{err}");
+    let (code, _, err) = strata(&["attach", "4000000", "--socket", &sock]);
+    assert!(code == 1 && err.contains("no process 4000000"), "{err}");
+    let (code, _, err) = strata(&["attach", &pid, "--priority", "urgent", "--socket", &sock]);
+    assert!(code == 2 && err.contains("urgent"), "a usage error: {err}");
+    // a second daemon on the same socket is refused
+    let (code, _, err) = strata(&["daemon", "--policy", "first-touch", "--rounds", "1", "--socket", &sock]);
+    assert!(code == 1 && err.contains("another daemon"), "{err}");
+    drop(daemon);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_its_key_and_line_at_start_and_on_reload() {
+    let dir = Dir::new("daemon-config");
+    let sock = dir.path("sock");
+    let cfg = dir.path("strata.toml");
+    std::fs::write(&cfg, "[daemon]\npolicy = \"first-touch\"\n\n[mover]\nrate_mbps = -5\n").unwrap();
+    let (code, _, err) = strata(&["--config", &cfg, "daemon", "--rounds", "1", "--socket", &sock]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line 5") && err.contains("mover.rate_mbps"), "{err}");
+    std::fs::write(
+        &cfg,
+        "[daemon]\npolicy = \"first-touch\"\n[scanner]\nperiod_ms = 20\n[[process]]\ncommand = \"sh\"\npriority = 3\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "-q", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    // SIGHUP with a broken file: refused, the configuration in force stays, the daemon runs on
+    std::fs::write(&cfg, "[daemon]\npolicy = \"first-touch\"\n\n[[process]]\ncommand = \"sh\"\npriorty = 3\n").unwrap();
+    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGHUP) };
+    let v = stats_until(&sock, |v| v["daemon"]["last_reload"].is_string());
+    let said = v["daemon"]["last_reload"].as_str().unwrap_or_default();
+    assert!(said.contains("refused") && said.contains("line 6") && said.contains("priorty"), "{v}");
+    // a good one is taken, and a policy can change on reload
+    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\n[scanner]\nperiod_ms = 30\n").unwrap();
+    unsafe { libc::kill(daemon.0.id() as i32, libc::SIGHUP) };
+    let v = stats_until(&sock, |v| v["daemon"]["last_reload"].as_str().is_some_and(|s| s.contains("reloaded")));
+    let scans = json(&["daemon", "--probe", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["used"] == true && t["available"] == true);
+    if scans {
+        assert_eq!(
+            (v["daemon"]["policy"].as_str(), v["daemon"]["period_ms"].as_f64()),
+            (Some("ambix"), Some(30.0)),
+            "{v}"
+        );
+    }
+    let err = daemon.stop();
+    assert!(err.contains("configuration refused") && err.contains("line 6"), "{err}");
+}
+
+/// GET /metrics from a server on `port`.
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_metrics_endpoint_serves_what_stats_json_shows() {
+    let dir = Dir::new("daemon-metrics");
+    let sock = dir.path("sock");
+    let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
+    let mut child = Command::new("sh")
+        .args(["-c", "x=$(head -c 300000 /dev/zero | tr '\\0' a); sleep 20"])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .env("STRATA_DAEMON_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let v =
+        stats_until(&sock, |v| v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid)));
+    let mut server = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["stats", "--metrics", "127.0.0.1:0", "--socket", &sock])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the port it bound, from its first line
+    let mut err = server.stderr.take().unwrap();
+    let mut line = Vec::new();
+    let mut b = [0u8];
+    while err.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let port: u16 = line
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches("/metrics").parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line}"));
+    let body = scrape(port);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(daemon);
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("application/openmetrics-text"), "{body}");
+    let value = |name: &str, labels: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| l.starts_with(name) && l.contains(labels))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|x| x.parse().ok())
+    };
+    let cap = v["tiers"][0]["capacity_bytes"].as_f64().unwrap();
+    assert_eq!(value("strata_tier_capacity_bytes{", "tier=\"0\""), Some(cap), "{body}");
+    assert_eq!(value("strata_daemon_up ", ""), Some(1.0), "{body}");
+    assert!(value("strata_daemon_rounds_total", "").is_some_and(|r| r > 0.0), "{body}");
+    let resident = value("strata_tier_bytes{", &format!("pid=\"{pid}\"")).unwrap_or_else(|| panic!("{body}"));
+    let json_resident = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap()["tier_bytes"]["0"]
+        .as_f64()
+        .unwrap();
+    // the two were read a moment apart from a sleeping shell: the same within a few pages
+    assert!((resident - json_resident).abs() <= 64.0 * 4096.0, "{resident} vs {json_resident}");
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+}

@@ -1,0 +1,285 @@
+//! The daemon's control socket: one JSON request a line, one JSON reply a line.
+//!
+//! ```text
+//! {"op":"hello","pid":1234}                  a process under Strata made its channel (no reply)
+//! {"op":"status"}                            -> {"ok":true,"status":{...}}
+//! {"op":"attach","pid":1234,"priority":10}   -> {"ok":true} or {"ok":false,"error":"..."}
+//! {"op":"detach","pid":1234}
+//! {"op":"reload"}                            re-read the configuration, as SIGHUP does
+//! ```
+//!
+//! Anyone may connect (the socket is mode 0666), so that programs run by any user can announce
+//! themselves and read the status, as `ps` would show it. Changing anything (attach, detach,
+//! reload) takes root or membership of `daemon.socket_group`, checked on the peer's
+//! credentials. The server runs on a thread of its own; what needs the machine is handed to the
+//! daemon's loop, which answers between rounds (within 50 ms).
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::DaemonStatus;
+use crate::Error;
+
+/// A request on the socket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    Hello {
+        pid: u32,
+    },
+    Status {},
+    Attach {
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<i32>,
+    },
+    Detach {
+        pid: u32,
+    },
+    Reload,
+}
+
+/// The reply to every request but hello.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<DaemonStatus>>,
+}
+
+impl Reply {
+    fn done(r: Result<(), String>) -> Reply {
+        match r {
+            Ok(()) => Reply { ok: true, ..Reply::default() },
+            Err(e) => Reply { ok: false, error: Some(e), ..Reply::default() },
+        }
+    }
+}
+
+/// What the daemon's loop is asked to do; `reply` takes the outcome.
+pub enum Command {
+    Hello(u32),
+    Attach { pid: u32, priority: Option<i32>, reply: Sender<Result<(), String>> },
+    Detach { pid: u32, reply: Sender<Result<(), String>> },
+    Reload { reply: Sender<Result<(), String>> },
+}
+
+/// The listening socket; removed when dropped.
+pub struct Server {
+    path: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The gid of a group by name.
+fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        (f.next()? == name).then(|| f.nth(1)?.parse().ok())?
+    })
+}
+
+/// The peer's uid and every gid it has (from /proc/PID/status, as SO_PEERCRED gives only the
+/// primary one).
+fn peer(stream: &UnixStream) -> Option<(u32, Vec<u32>)> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    use std::os::fd::AsRawFd;
+    // SAFETY: cred is a ucred and len its size
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let mut gids = vec![cred.gid];
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", cred.pid)) {
+        if let Some(line) = s.lines().find_map(|l| l.strip_prefix("Groups:")) {
+            gids.extend(line.split_whitespace().filter_map(|g| g.parse::<u32>().ok()));
+        }
+    }
+    Some((cred.uid, gids))
+}
+
+impl Server {
+    /// Listen on `path`. A socket a live daemon answers on is refused (one daemon a machine);
+    /// a stale one, left by a daemon that was killed, is replaced.
+    pub fn start(
+        path: &Path,
+        group: Option<&str>,
+        commands: Sender<Command>,
+        status: Arc<Mutex<Option<DaemonStatus>>>,
+    ) -> Result<Server, Error> {
+        let fail =
+            |what: &str, e: std::io::Error| Error::Machine(format!("control socket {}: {what}: {e}", path.display()));
+        if UnixStream::connect(path).is_ok() {
+            return Err(Error::Machine(format!(
+                "control socket {}: another daemon is running (stop it first, or give this one another socket)",
+                path.display()
+            )));
+        }
+        let gid = match group {
+            Some(g) => Some(group_id(g).ok_or_else(|| Error::Config(format!("daemon.socket_group: no group '{g}'")))?),
+            None => None,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| fail("creating its folder", e))?;
+        }
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).map_err(|e| fail("bind", e))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| fail("chmod", e))?;
+        std::thread::Builder::new()
+            .name("stratad-control".into())
+            .spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let (commands, status) = (commands.clone(), Arc::clone(&status));
+                    // a thread a connection: a slow client holds up no one else
+                    let _ = std::thread::Builder::new()
+                        .name("stratad-client".into())
+                        .spawn(move || serve(stream, gid, &commands, &status));
+                }
+            })
+            .map_err(|e| fail("its thread", e))?;
+        Ok(Server { path: path.to_path_buf() })
+    }
+}
+
+/// Answer one connection's requests until it closes.
+fn serve(stream: UnixStream, group: Option<u32>, commands: &Sender<Command>, status: &Mutex<Option<DaemonStatus>>) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let Ok(mut out) = stream.try_clone() else { return };
+    let privileged = peer(&stream).is_some_and(|(uid, gids)| uid == 0 || group.is_some_and(|g| gids.contains(&g)));
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { return };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Err(e) => Reply::done(Err(format!("bad request: {e}"))),
+            Ok(Request::Hello { pid }) => {
+                let _ = commands.send(Command::Hello(pid));
+                continue;
+            }
+            Ok(Request::Status {}) => match status.lock().map(|s| s.clone()) {
+                Ok(Some(s)) => Reply { ok: true, status: Some(Box::new(s)), ..Reply::default() },
+                _ => Reply::done(Err("the daemon has not finished its first round".into())),
+            },
+            Ok(_) if !privileged => {
+                Reply::done(Err("not allowed: attach, detach and reload take root or the daemon's socket group".into()))
+            }
+            Ok(r) => Reply::done(ask(commands, r)),
+        };
+        let Ok(mut text) = serde_json::to_string(&reply) else { return };
+        text.push('\n');
+        if out.write_all(text.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Hand a request to the daemon's loop and wait for its outcome.
+fn ask(commands: &Sender<Command>, r: Request) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+    let cmd = match r {
+        Request::Attach { pid, priority } => Command::Attach { pid, priority, reply: tx },
+        Request::Detach { pid } => Command::Detach { pid, reply: tx },
+        Request::Reload => Command::Reload { reply: tx },
+        Request::Hello { .. } | Request::Status {} => unreachable!("answered by the server"),
+    };
+    commands.send(cmd).map_err(|_| "the daemon is stopping".to_string())?;
+    rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "the daemon did not answer".to_string())?
+}
+
+/// A client: send `r` to the daemon at `path` and read its reply.
+pub fn request(path: &Path, r: &Request) -> Result<Reply, String> {
+    let mut s = UnixStream::connect(path)
+        .map_err(|e| format!("no daemon answers at {} ({e}); start one with `strata daemon`", path.display()))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(40)));
+    let mut line = serde_json::to_string(r).map_err(|e| e.to_string())?;
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reply = String::new();
+    BufReader::new(s).read_line(&mut reply).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&reply).map_err(|e| format!("{}: a reply that does not parse ({e}): {reply}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_as_documented_and_anything_else_is_refused() {
+        let r: Request = serde_json::from_str(r#"{"op":"hello","pid":12}"#).unwrap();
+        assert_eq!(r, Request::Hello { pid: 12 });
+        let r: Request = serde_json::from_str(r#"{"op":"attach","pid":7,"priority":-10}"#).unwrap();
+        assert_eq!(r, Request::Attach { pid: 7, priority: Some(-10) });
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"op":"attach","pid":7}"#).unwrap(),
+            Request::Attach { pid: 7, priority: None }
+        );
+        for bad in [r#"{"op":"explode"}"#, r#"{"op":"hello"}"#, r#"{"op":"status","x":1}"#, "hello", r#"{"pid":1}"#] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_server_answers_status_hands_changes_to_the_loop_and_refuses_a_second_one() {
+        let dir = std::env::temp_dir().join(format!("strata-control-{}", std::process::id()));
+        let path = dir.join("sock");
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(None));
+        let server = Server::start(&path, None, tx, Arc::clone(&status)).unwrap();
+        let r = request(&path, &Request::Status {}).unwrap();
+        assert!(!r.ok && r.error.unwrap().contains("first round"));
+        *status.lock().unwrap() = Some(DaemonStatus::default());
+        assert!(request(&path, &Request::Status {}).unwrap().status.is_some());
+        // the loop's side: answer an attach
+        let loop_ = std::thread::spawn(move || match rx.recv().unwrap() {
+            Command::Attach { pid, priority, reply } => {
+                reply.send(if pid == 1 { Ok(()) } else { Err(format!("no process {pid}")) }).unwrap();
+                assert_eq!(priority, Some(10));
+            }
+            _ => panic!("expected an attach"),
+        });
+        let root = unsafe { libc::geteuid() } == 0;
+        let r = request(&path, &Request::Attach { pid: 1, priority: Some(10) }).unwrap();
+        if root {
+            assert!(r.ok, "{r:?}");
+            loop_.join().unwrap();
+        } else {
+            assert!(r.error.unwrap().contains("not allowed"));
+        }
+        // a garbled line gets an error, and the connection goes on
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.write_all(b"nonsense\n{\"op\":\"status\"}\n").unwrap();
+        let mut lines = BufReader::new(s).lines();
+        assert!(lines.next().unwrap().unwrap().contains("bad request"));
+        assert!(lines.next().unwrap().unwrap().contains("\"ok\":true"));
+        let (tx2, _rx2) = mpsc::channel();
+        let e = Server::start(&path, None, tx2, Arc::new(Mutex::new(None))).err().unwrap();
+        assert!(e.to_string().contains("another daemon"), "{e}");
+        drop(server);
+        assert!(!path.exists(), "the socket goes with the server");
+        assert!(request(&path, &Request::Status {}).unwrap_err().contains("no daemon answers"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
