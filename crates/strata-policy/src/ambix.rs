@@ -115,44 +115,55 @@ impl Ambix {
         self.pages.binary_search_by_key(&(pid, addr), |e| e.0).ok().map(|i| self.pages[i].1.score)
     }
 
-    /// Merge a round's scan into the pages (both in key order): known pages are updated, new
-    /// ones start warm, pages the scan did not reach are left as they are.
+    /// Merge a round's scan into the pages (both in key order): known pages are updated in
+    /// place, new ones start warm and are merged in, pages the scan did not reach are left as
+    /// they are.
     fn update_scores(&mut self, obs: &Observations) {
         let c = &self.cfg;
-        let mut seen: Vec<&crate::PageObs> = obs.pages.iter().collect();
-        if !seen.is_sorted_by_key(|p| (p.pid, p.addr)) {
-            seen.sort_by_key(|p| (p.pid, p.addr));
-        }
-        let old = std::mem::take(&mut self.pages);
-        let mut merged = Vec::with_capacity(old.len().max(seen.len()));
-        let (mut a, mut b) = (old.into_iter().peekable(), seen.into_iter().peekable());
-        loop {
-            let take_old = match (a.peek(), b.peek()) {
-                (None, None) => break,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(o), Some(p)) => o.0 < (p.pid, p.addr),
-            };
-            if take_old {
-                merged.extend(a.next());
-                continue;
-            }
-            let p = b.next().expect("peeked");
-            let key = (p.pid, p.addr);
-            let mut st = match a.peek() {
-                Some(o) if o.0 == key => a.next().expect("peeked").1,
-                // warm: neither hot nor cold
-                _ => PageState { score: self.threshold.max(0), scans: 0, tier: p.tier, pass: self.pass, hot: false },
-            };
+        let mut sorted: Vec<&crate::PageObs> = Vec::new();
+        let seen: &mut dyn Iterator<Item = &crate::PageObs> = if obs.pages.is_sorted_by_key(|p| (p.pid, p.addr)) {
+            &mut obs.pages.iter()
+        } else {
+            sorted.extend(obs.pages.iter());
+            sorted.sort_by_key(|p| (p.pid, p.addr));
+            &mut sorted.iter().copied()
+        };
+        let score = |st: &mut PageState, p: &crate::PageObs, pass: u64| {
             let delta =
                 if p.accessed { c.score_accessed + if p.dirty { c.score_dirty } else { 0 } } else { c.score_idle };
             st.score = (st.score + delta).clamp(0, c.score_max);
             st.scans = st.scans.saturating_add(1);
             st.tier = p.tier;
-            st.pass = self.pass;
-            merged.push((key, st));
+            st.pass = pass;
+        };
+        let mut fresh: Vec<(Key, PageState)> = Vec::new();
+        let mut i = 0;
+        for p in seen {
+            let key = (p.pid, p.addr);
+            while i < self.pages.len() && self.pages[i].0 < key {
+                i += 1;
+            }
+            if self.pages.get(i).is_some_and(|e| e.0 == key) {
+                score(&mut self.pages[i].1, p, self.pass);
+            } else {
+                // warm: neither hot nor cold
+                let mut st =
+                    PageState { score: self.threshold.max(0), scans: 0, tier: p.tier, pass: self.pass, hot: false };
+                score(&mut st, p, self.pass);
+                fresh.push((key, st));
+            }
         }
-        self.pages = merged;
+        if !fresh.is_empty() {
+            let old = std::mem::take(&mut self.pages);
+            let mut merged = Vec::with_capacity(old.len() + fresh.len());
+            let (mut a, mut b) = (old.into_iter().peekable(), fresh.into_iter().peekable());
+            while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+                merged.extend(if x.0 < y.0 { a.next() } else { b.next() });
+            }
+            merged.extend(a);
+            merged.extend(b);
+            self.pages = merged;
+        }
     }
 
     /// End of a full scan: forget pages it did not see, rank the rest, and cut the ranking where

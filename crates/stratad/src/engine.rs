@@ -54,8 +54,7 @@ fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static st
     Ok((policy.name(), needs))
 }
 
-/// The part of `obs` that is `g`'s processes', with a fast tier of `g`'s share: its capacity
-/// is the share, and what is free in it at most the share less what the group holds there.
+/// The part of `obs` that is `g`'s processes', with a fast tier of `g`'s share ([`narrow`]).
 fn view(obs: &Observations, g: &Group) -> Observations {
     let pids: BTreeSet<u32> = g.pids.iter().copied().collect();
     let mut v = Observations {
@@ -71,7 +70,14 @@ fn view(obs: &Observations, g: &Group) -> Observations {
         tiers: obs.tiers.clone(),
         nodes: obs.nodes.clone(),
     };
-    let Some(fast) = v.tiers.iter_mut().find(|t| t.tier == 0) else { return v };
+    narrow(&mut v, g);
+    v
+}
+
+/// Make the fast tier of `v` `g`'s share: its capacity is the share, and what is free in it at
+/// most the share less what the group holds there (the nodes in proportion).
+fn narrow(v: &mut Observations, g: &Group) {
+    let Some(fast) = v.tiers.iter_mut().find(|t| t.tier == 0) else { return };
     let (real_capacity, real_free) = (fast.capacity_bytes, fast.free_bytes);
     fast.capacity_bytes = g.share_bytes;
     fast.free_bytes = real_free.min(g.share_bytes.saturating_sub(g.fast_bytes));
@@ -81,7 +87,6 @@ fn view(obs: &Observations, g: &Group) -> Observations {
         n.capacity_bytes = scale(n.capacity_bytes, g.share_bytes, real_capacity);
         n.free_bytes = scale(n.free_bytes, view_free, real_free);
     }
-    v
 }
 
 impl Engine {
@@ -139,9 +144,10 @@ impl Engine {
         let procs = m.processes();
         let priority_of: BTreeMap<u32, i32> = procs.iter().map(|p| (p.pid, self.priority(p))).collect();
         let t = cpu_ns();
-        let actions = self.decide(&obs, &procs, &priority_of, m);
+        let now = obs.now_ns;
+        let actions = self.decide(obs, &procs, &priority_of, m);
         self.stats.policy_cpu_ns += cpu_ns() - t;
-        self.mover.apply(obs.now_ns, actions, m, &mut self.stats, &priority_of);
+        self.mover.apply(now, actions, m, &mut self.stats, &priority_of);
         self.stats.tiers = m
             .tiers()
             .iter()
@@ -185,7 +191,7 @@ impl Engine {
     /// Every group's policy on its view of the round.
     fn decide(
         &mut self,
-        obs: &Observations,
+        mut obs: Observations,
         procs: &[ProcessObs],
         priority_of: &BTreeMap<u32, i32>,
         m: &mut dyn Machine,
@@ -197,7 +203,7 @@ impl Engine {
             // one program, which sees the machine as it is
             let key = GroupKey::Priority(0);
             self.policies.retain(|k, _| *k == key);
-            return self.policies.entry(key).or_insert_with(make).decide(obs);
+            return self.policies.entry(key).or_insert_with(make).decide(&obs);
         }
         let members: Vec<Member> = procs
             .iter()
@@ -219,8 +225,14 @@ impl Engine {
         let groups = share::groups(&members, available);
         self.policies.retain(|k, _| groups.iter().any(|g| g.key == *k));
         let mut actions = Vec::new();
-        for g in &groups {
-            actions.extend(self.policies.entry(g.key).or_insert_with(make).decide(&view(obs, g)));
+        if let [g] = &groups[..] {
+            // one group: every observation is its own (no copy)
+            narrow(&mut obs, g);
+            actions = self.policies.entry(g.key).or_insert_with(make).decide(&obs);
+        } else {
+            for g in &groups {
+                actions.extend(self.policies.entry(g.key).or_insert_with(make).decide(&view(&obs, g)));
+            }
         }
         self.stats.groups = groups;
         actions

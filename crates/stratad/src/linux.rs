@@ -39,6 +39,11 @@ const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 /// the end of a user address space (x86-64, 4-level page tables: TASK_SIZE_MAX)
 const USER_TOP: u64 = (1 << 47) - PAGE;
+/// a page's node is read again (from its frame) at least every this many passes; in between
+/// the machine keeps what it last read or moved it to. A pass reads again one stripe of 2 MiB
+/// blocks of the address space (whole blocks: one read of pagemap each)
+const REFRESH_PASSES: u64 = 8;
+const REFRESH_BLOCK: u64 = 2 << 20;
 
 /// How the machine sees a process's writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +53,11 @@ pub enum Tracker {
     SoftDirty,
     None,
 }
+
+/// What a scan of one process found: its present pages (address, written since their last
+/// scan), the pages it took of the round's budget, and where it stopped (None: it reached the
+/// end of the process).
+type Scanned = (Vec<(u64, bool)>, u64, Option<u64>);
 
 /// A process the machine manages.
 struct Proc {
@@ -60,11 +70,17 @@ struct Proc {
     command: String,
     /// from /proc/PID/stat: a different one is another process with the same pid
     start_time: u64,
-    /// present pages its tracker reported in the pass going on, and in the last whole one
-    pages_now: u64,
-    pages_last: Option<u64>,
+    /// bytes its tracker found in each tier (index: the tier) in the pass going on, and in
+    /// the last whole one
+    tiers_now: Vec<u64>,
+    tiers_last: Option<Vec<u64>>,
     /// why its last scan failed, if it did
     scan_error: Option<String>,
+    /// each present page's node as the last pass found it, and as this pass does (both in
+    /// address order), with how far this pass has read the first
+    nodes_last: Vec<(u64, Node)>,
+    nodes_now: Vec<(u64, Node)>,
+    nodes_at: usize,
 }
 
 impl Proc {
@@ -75,9 +91,12 @@ impl Proc {
             given_priority: None,
             command,
             start_time,
-            pages_now: 0,
-            pages_last: None,
+            tiers_now: Vec::new(),
+            tiers_last: None,
             scan_error: None,
+            nodes_last: Vec::new(),
+            nodes_now: Vec::new(),
+            nodes_at: 0,
         }
     }
 }
@@ -113,6 +132,8 @@ pub struct Linux {
     pagemap_scan: bool,
     /// where the scan goes on: the next process and address
     cursor: (u32, u64),
+    /// whole passes so far (which stripe of pages has its nodes read again)
+    pass: u64,
 }
 
 /// move_pages(2) on another process; `nodes` None only asks where the pages are.
@@ -263,6 +284,7 @@ impl Linux {
             soft_dirty: crate::probe::soft_dirty().is_ok(),
             pagemap_scan: crate::probe::pagemap_scan().is_ok(),
             cursor: (0, 0),
+            pass: 0,
         }
     }
 
@@ -376,7 +398,7 @@ impl Linux {
                 claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
                 given_priority: p.given_priority,
                 tracker: self.tracker(pid),
-                tracked_pages: p.pages_last,
+                tracked_pages: p.tiers_last.as_ref().map(|t| t.iter().sum::<u64>() / PAGE),
                 tracker_error: p.scan_error.clone(),
             })
             .collect()
@@ -417,28 +439,51 @@ impl Linux {
         Some(out)
     }
 
-    /// The pages a scan reports, from present (address, written) pairs of one process.
-    fn observe(&self, pid: u32, present: &[(u64, bool)], out: &mut Vec<PageObs>) {
-        let addrs: Vec<u64> = present.iter().map(|p| p.0).collect();
-        for (&(addr, written), node) in present.iter().zip(self.nodes_of(pid, &addrs)) {
-            let Some(node) = node else { continue };
+    /// The pages a scan reports, from present (address, written) pairs of process `pid` in
+    /// address order: each page's node as this pass last read or moved it, read again (from
+    /// its frame) when unknown or in this pass's stripe of pages.
+    fn observe(&mut self, pid: u32, present: &[(u64, bool)], out: &mut Vec<PageObs>) {
+        let stripe = self.pass % REFRESH_PASSES;
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        let mut known: Vec<Option<Node>> = Vec::with_capacity(present.len());
+        for &(addr, _) in present {
+            while p.nodes_at < p.nodes_last.len() && p.nodes_last[p.nodes_at].0 < addr {
+                p.nodes_at += 1;
+            }
+            let cached = p.nodes_last.get(p.nodes_at).filter(|e| e.0 == addr).map(|e| e.1);
+            known.push(cached.filter(|_| (addr / REFRESH_BLOCK) % REFRESH_PASSES != stripe));
+        }
+        let unknown: Vec<u64> = present.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(p, _)| p.0).collect();
+        let mut read = self.nodes_of(pid, &unknown).into_iter();
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        for (&(addr, written), k) in present.iter().zip(known) {
+            let Some(node) = k.or_else(|| read.next().flatten()) else { continue };
+            p.nodes_now.push((addr, node));
             let tier = self.tier_of.get(&node).copied().unwrap_or(Tier::MAX);
             out.push(PageObs { pid, addr, tier, node, accessed: written, dirty: written });
         }
     }
 
-    /// Scan one process from `from`: at most `max` pages. Returns the pages it took and where
-    /// it stopped (None: it reached the end of the process).
-    fn scan_process(
-        &self,
-        pid: u32,
-        from: u64,
-        max: u64,
-        out: &mut Vec<PageObs>,
-    ) -> Result<(u64, Option<u64>), String> {
+    /// The pages moved: their nodes, as this pass and the last one know them.
+    fn moved(&mut self, pid: u32, pages: &[u64], status: &[MoveStatus], to: Node) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        for (&addr, st) in pages.iter().zip(status) {
+            if st.is_ok() {
+                for v in [&mut p.nodes_last, &mut p.nodes_now] {
+                    if let Ok(i) = v.binary_search_by_key(&addr, |e| e.0) {
+                        v[i].1 = to;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Scan one process from `from`: at most `max` pages.
+    fn scan_process(&self, pid: u32, from: u64, max: u64) -> Result<Scanned, String> {
         let pm = File::open(format!("/proc/{pid}/pagemap")).map_err(|e| format!("/proc/{pid}/pagemap: {e}"))?;
+        let mut present = Vec::new();
         Ok(match self.tracker(pid) {
-            Tracker::None => (0, None),
+            Tracker::None => (present, 0, None),
             Tracker::PagemapScan => {
                 // present pages (not the shared zero page) of registered memory, written or
                 // not; matching protects them again, and unregistered mappings are skipped
@@ -451,13 +496,12 @@ impl Linux {
                 let mut regions = Vec::new();
                 let end = pagemap::scan(&pm, from, USER_TOP, max, q, &mut regions)
                     .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
-                let mut present = Vec::new();
                 for r in &regions {
                     let written = r.categories & pagemap::PAGE_IS_WRITTEN != 0;
                     present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| (a, written)));
                 }
-                self.observe(pid, &present, out);
-                (present.len() as u64, (end < USER_TOP).then_some(end))
+                let n = present.len() as u64;
+                (present, n, (end < USER_TOP).then_some(end))
             }
             Tracker::SoftDirty => {
                 let mut taken = 0u64;
@@ -465,22 +509,22 @@ impl Linux {
                     let mut addr = lo.max(from);
                     while addr < hi {
                         if taken >= max {
-                            return Ok((taken, Some(addr)));
+                            return Ok((present, taken, Some(addr)));
                         }
                         let n = ((hi - addr) / PAGE).min(max - taken).min(4096) as usize;
                         let Ok(entries) = pagemap::entries(&pm, addr, n) else { break };
-                        let present: Vec<(u64, bool)> = entries
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, &e)| pagemap::present(e))
-                            .map(|(i, &e)| (addr + i as u64 * PAGE, pagemap::soft_dirty(e)))
-                            .collect();
-                        self.observe(pid, &present, out);
+                        present.extend(
+                            entries
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, &e)| pagemap::present(e))
+                                .map(|(i, &e)| (addr + i as u64 * PAGE, pagemap::soft_dirty(e))),
+                        );
                         taken += n as u64;
                         addr += n as u64 * PAGE;
                     }
                 }
-                (taken, None)
+                (present, taken, None)
             }
         })
     }
@@ -528,9 +572,13 @@ impl Machine for Linux {
         nodes.sort_by_key(|n| (n.distance, n.node));
         let tiers: BTreeMap<Node, Tier> = nodes.iter().map(|n| (n.node, n.tier)).collect();
         if tiers != self.tier_of {
-            // memory came or went (hot-plugged blocks): the frames' nodes too
+            // memory came or went (hot-plugged blocks): the frames' nodes too, and what the
+            // passes know of pages' nodes is read again
             self.frames = Frames::load(&self.sysfs);
             self.tier_of = tiers;
+            for p in self.procs.values_mut() {
+                (p.nodes_last, p.nodes_at) = (Vec::new(), 0);
+            }
         }
         nodes
     }
@@ -547,10 +595,19 @@ impl Machine for Linux {
         for pid in pids {
             let from = if pid == self.cursor.0 { self.cursor.1 } else { 0 };
             let before = out.len();
-            let result = self.scan_process(pid, from, max - taken, out);
+            let result = self.scan_process(pid, from, max - taken);
+            if let Ok((present, _, _)) = &result {
+                self.observe(pid, present, out);
+            }
             let Some(p) = self.procs.get_mut(&pid) else { continue };
-            p.pages_now += (out.len() - before) as u64;
-            let (n, stopped) = result.as_ref().map_or((0, None), |r| *r);
+            for o in out[before..].iter().filter(|o| o.tier != Tier::MAX) {
+                let t = o.tier as usize;
+                if p.tiers_now.len() <= t {
+                    p.tiers_now.resize(t + 1, 0);
+                }
+                p.tiers_now[t] += PAGE;
+            }
+            let (n, stopped) = result.as_ref().map_or((0, None), |r| (r.1, r.2));
             p.scan_error = result.err();
             taken += n;
             if let Some(at) = stopped {
@@ -564,9 +621,14 @@ impl Machine for Linux {
             let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "4");
         }
         for p in self.procs.values_mut() {
-            p.pages_last = Some(std::mem::take(&mut p.pages_now));
+            p.tiers_last = Some(std::mem::take(&mut p.tiers_now));
+            // (the last pass's vector becomes the next one's, allocation and all)
+            std::mem::swap(&mut p.nodes_last, &mut p.nodes_now);
+            p.nodes_now.clear();
+            p.nodes_at = 0;
         }
         self.cursor = (0, 0);
+        self.pass += 1;
         true
     }
 
@@ -576,10 +638,12 @@ impl Machine for Linux {
 
     fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
         let nodes = vec![to as libc::c_int; pages.len()];
-        match move_pages(pid, pages, Some(&nodes)) {
+        let status = match move_pages(pid, pages, Some(&nodes)) {
             Ok(status) => move_statuses(&status, to),
             Err(e) => vec![Err(Refusal::from_errno(e)); pages.len()],
-        }
+        };
+        self.moved(pid, pages, &status, to);
+        status
     }
 
     fn set_directive(&mut self, pid: u32, context: u32, d: Directive) -> Result<(), Refusal> {
@@ -628,7 +692,13 @@ impl Machine for Linux {
             .collect()
     }
 
+    /// What its tracker found in its last whole pass (what the engine manages of it), else
+    /// what numa_maps says (the kernel's count, which walks every page table of the process:
+    /// the larger part of a round's cost, when it was read every round)
     fn resident(&mut self, pid: u32) -> Vec<u64> {
+        if let Some(t) = self.procs.get(&pid).and_then(|p| p.tiers_last.clone()) {
+            return t;
+        }
         let mut out: Vec<u64> = Vec::new();
         for (node, bytes) in node_bytes(pid) {
             let tier = self.tier_of.get(&node).copied().unwrap_or(0) as usize;
