@@ -13,8 +13,10 @@
 //!   machine, with M2T's plots ([`plot`]);
 //! - [`tiering`]: workloads x policies x fast-tier sizes on the emulated machine (the tiering
 //!   engine's benchmark);
+//! - [`daemon`]: the live daemon's CPU against managed memory, and promotion in the guest;
 //! - [`summary`]: the headline figures of every results file, as a document.
 pub mod alloc;
+pub mod daemon;
 pub mod locality;
 pub mod plot;
 pub mod programs;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::results::{Measured, Saved};
 use strata_util::io;
 
-use crate::{alloc, failed, locality, tiering, ycsb, Error};
+use crate::{alloc, daemon, failed, locality, tiering, ycsb, Error};
 
 /// Every results file under dir, sorted.
 fn files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
@@ -218,6 +218,46 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
     }
 }
 
+fn daemon_table(s: &mut String, r: &daemon::Report) {
+    let _ = writeln!(
+        s,
+        "| managed | tracker | CPU (% of a core) | ms per round | pages per round |\n|---|---|---|---|---|"
+    );
+    for c in &r.cpu {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.2} | {:.0} |",
+            strata_util::size::format(c.managed_bytes),
+            c.tracker,
+            c.cpu_percent,
+            c.ms_per_round,
+            c.pages_per_round
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{}, a round every {} ms; the program writes {:.0} % of its pages a second.",
+        r.policy,
+        r.period_ms,
+        r.write_fraction * 100.0
+    );
+    if let Some(k) = &r.scaling {
+        let _ = writeln!(s, "A round costs {:.2} ms + {:.2} ms per GiB managed.", k.intercept_ms, k.ms_per_gib);
+    }
+    if let Some(p) = &r.promotion {
+        let t = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.1} s"));
+        let _ = writeln!(
+            s,
+            "Guest (emulated time): a {} hot set on the slow node was half on the fast node after {}, 90 % after {}, {:.0} % at the end.",
+            strata_util::size::format(p.hot_bytes),
+            t(p.half_s),
+            t(p.ninety_percent_s),
+            p.fraction_end * 100.0
+        );
+    }
+    s.push('\n');
+}
+
 /// The document, from every results file under dir.
 pub fn summarize(dir: &Path) -> Result<String, Error> {
     let mut s = String::from(
@@ -264,6 +304,11 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                     dir,
                 );
                 tiering_table(&mut s, &r.report);
+            }
+            "daemon" => {
+                let r: Saved<daemon::Report> = parse(&path, v)?;
+                header(&mut s, &r.measured, "The live daemon (native CPU; promotion in the guest)", &path, dir);
+                daemon_table(&mut s, &r.report);
             }
             "emu-validate" => {
                 let r: Saved<strata_emu::validate::Report> = parse(&path, v)?;

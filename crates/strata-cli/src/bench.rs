@@ -2,7 +2,7 @@
 //! side in one run (strata-bench does the measuring).
 use std::path::PathBuf;
 
-use strata_bench::{alloc, locality, results, summary, tiering, ycsb};
+use strata_bench::{alloc, daemon, locality, results, summary, tiering, ycsb};
 
 use crate::output::{emit, Output, Save};
 
@@ -57,6 +57,28 @@ pub enum Command {
         #[arg(long, default_value_t = 0)]
         ops: u64,
     },
+    /// The live daemon: its CPU against managed memory here, and (--vm) how fast it promotes
+    /// a hot set in the two-tier guest
+    Daemon {
+        #[command(flatten)]
+        opts: daemon::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// The program `bench daemon` runs under Strata: a buffer, part of it written every second
+    #[command(hide = true)]
+    DaemonWorkload {
+        #[arg(long)]
+        bytes: u64,
+        #[arg(long, default_value_t = 0.1)]
+        write_fraction: f64,
+        #[arg(long, default_value_t = 60.0)]
+        secs: f64,
+        #[arg(long)]
+        report_ms: Option<u64>,
+    },
     /// The headline figures of every saved run (bench/results), as markdown
     Summary {
         /// Where the runs are
@@ -107,6 +129,14 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         }
         Command::TieringWorkload { workload, size_mb, ops } => {
             crate::output::emit_json(&tiering::workloads::run(&workload, size_mb, ops)?)
+        }
+        Command::Daemon { opts, out, save } => {
+            let r = daemon::run(&opts, out.progress("daemon"))?;
+            saved(&save, |d| results::save(d, "daemon", &r), &out)?;
+            out.print(&r, daemon::Report::table)
+        }
+        Command::DaemonWorkload { bytes, write_fraction, secs, report_ms } => {
+            Ok(daemon::workload(bytes, write_fraction, secs, report_ms)?)
         }
         Command::Summary { dir, write } => {
             let text = summary::summarize(&dir)?;

@@ -201,8 +201,20 @@ fn daemon_guest(f: &DaemonFiles, script: &str) -> (i32, String) {
         f.lib, f.rules, f.writer
     );
     run_in_guest(&[
-        "--fast-mem", "512M", "--slow-mem", "1G", "--file", &f.lib, "--file", &f.writer, "--file", &f.rules, "--", "sh",
-        "-c", &script,
+        "--fast-mem",
+        "512M",
+        "--slow-mem",
+        "1G",
+        "--file",
+        &f.lib,
+        "--file",
+        &f.writer,
+        "--file",
+        &f.rules,
+        "--",
+        "sh",
+        "-c",
+        &script,
     ])
 }
 
@@ -210,7 +222,8 @@ fn daemon_guest(f: &DaemonFiles, script: &str) -> (i32, String) {
 /// pages` (the first such line after `after`, if given).
 fn nodes_of(out: &str, what: &str, after: Option<&str>) -> (u64, u64, u64) {
     let text = after.map_or(out, |a| out.split_once(a).unwrap_or_else(|| panic!("no {a} in {out}")).1);
-    let line = text.lines().find(|l| l.starts_with(&format!("{what}: "))).unwrap_or_else(|| panic!("no {what} in {out}"));
+    let line =
+        text.lines().find(|l| l.starts_with(&format!("{what}: "))).unwrap_or_else(|| panic!("no {what} in {out}"));
     let n = |k: &str| line.split(k).nth(1).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
     (n("N0="), n("N1="), n("of "))
 }
@@ -319,13 +332,19 @@ fn guest_daemon_killed_mid_run_harms_no_program_and_a_restarted_daemon_takes_the
     assert!(w.contains("verified"), "the program lost a write: {w}");
     let (h0, _, pages) = nodes_of(w, "hot end", None);
     assert!(h0 >= pages * 9 / 10, "the daemons between them promoted the hot set: {w}");
-    let pid = |k: &str| out.split(&format!("{k}=")).nth(1).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
+    let pid = |k: &str| {
+        out.split(&format!("{k}=")).nth(1).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap()
+    };
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
     let managed = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
     let writer = managed.iter().find(|p| p["pid"] == pid("W_PID")).unwrap_or_else(|| panic!("{status}"));
     assert_eq!(writer["strata"], true, "found again by its channel: {writer}");
     let sleeper = managed.iter().find(|p| p["pid"] == pid("S")).unwrap_or_else(|| panic!("{status}"));
-    assert_eq!((sleeper["attached"].as_bool(), sleeper["given_priority"].as_i64()), (Some(true), Some(-10)), "{sleeper}");
+    assert_eq!(
+        (sleeper["attached"].as_bool(), sleeper["given_priority"].as_i64()),
+        (Some(true), Some(-10)),
+        "{sleeper}"
+    );
 }
 
 #[test]
@@ -352,7 +371,10 @@ fn guest_daemon_stats_json_and_the_metrics_endpoint_agree_with_numa_maps() {
     // numa_maps: pages per node, over every mapping
     let mut numa = [0u64; 2];
     for line in section(&out, "NUMA").lines() {
-        let kb: u64 = line.split_whitespace().find_map(|w| w.strip_prefix("kernelpagesize_kB=")).map_or(4, |v| v.parse().unwrap());
+        let kb: u64 = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("kernelpagesize_kB="))
+            .map_or(4, |v| v.parse().unwrap());
         for (n, slot) in numa.iter_mut().enumerate() {
             if let Some(p) = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("N{n}="))) {
                 *slot += p.parse::<u64>().unwrap() * kb * 1024;
@@ -361,13 +383,18 @@ fn guest_daemon_stats_json_and_the_metrics_endpoint_agree_with_numa_maps() {
     }
     assert!(numa[0] >= 64 << 20 && numa[1] >= 64 << 20, "the cold buffer on node 0, the hot one on node 1: {numa:?}");
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
-    let p = status["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{status}"));
+    let p =
+        status["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap_or_else(|| panic!("{status}"));
     let metrics = section(&out, "METRICS");
     for tier in 0..2 {
         let json = p["tier_bytes"][tier.to_string()].as_u64().unwrap();
         let prom: f64 = metrics
             .lines()
-            .find(|l| l.starts_with("strata_tier_bytes{") && l.contains(&format!("tier=\"{tier}\"")) && l.contains(&format!("pid=\"{pid}\"")))
+            .find(|l| {
+                l.starts_with("strata_tier_bytes{")
+                    && l.contains(&format!("tier=\"{tier}\""))
+                    && l.contains(&format!("pid=\"{pid}\""))
+            })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no strata_tier_bytes for tier {tier}: {metrics}"));
@@ -402,7 +429,10 @@ fn guest_daemon_refuses_bad_configs_and_bad_channels_and_manages_the_other_proce
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("bad_start=1"), "{out}");
-    assert!(out.contains("line 5") && out.contains("rate_mbs"), "the bad file is refused naming its key and line: {out}");
+    assert!(
+        out.contains("line 5") && out.contains("rate_mbs"),
+        "the bad file is refused naming its key and line: {out}"
+    );
     assert!(out.contains("writer=0") && out.contains("daemon=0"), "a reload refused did not stop the daemon: {out}");
     let err = section(&out, "ERR");
     let f: u64 = out.split("F=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();

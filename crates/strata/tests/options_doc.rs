@@ -1,6 +1,6 @@
-//! The README's table of options is the library's own table (libstrata/options.c), checked:
-//! every option the library has is in the README with the library's default, and the README
-//! names no option the library lacks.
+//! The documented table of options (docs/allocator.md) is the library's own table
+//! (libstrata/options.c), checked: every option the library has is documented with the
+//! library's default, and the document names no option the library lacks.
 use std::collections::BTreeMap;
 
 /// name -> default, from `strata_options_print` ("STRATA_X  value  default D  [unit] doc").
@@ -16,9 +16,9 @@ fn library() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// name -> default, from the README's rows "| `STRATA_X` | default | ... |".
-fn readme() -> BTreeMap<String, String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+/// name -> default, from the document's rows "| `STRATA_X` | default | ... |".
+fn documented() -> BTreeMap<String, String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/allocator.md");
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
@@ -30,7 +30,7 @@ fn readme() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// "64K" -> "65536", "unset" -> "(unset)": the README writes defaults as a user would.
+/// "64K" -> "65536", "unset" -> "(unset)": the document writes defaults as a user would.
 fn normal(v: &str) -> String {
     if v == "unset" {
         return "(unset)".into();
@@ -42,14 +42,14 @@ fn normal(v: &str) -> String {
 }
 
 #[test]
-fn the_readme_options_table_is_the_librarys() {
-    let (lib, doc) = (library(), readme());
+fn the_documented_options_table_is_the_librarys() {
+    let (lib, doc) = (library(), documented());
     assert!(lib.len() >= 10, "the library printed {} options", lib.len());
     for (name, default) in &lib {
-        let d = doc.get(name).unwrap_or_else(|| panic!("README.md's options table lacks {name}"));
-        assert_eq!(&normal(d), default, "{name}: README says {d}, the library {default}");
+        let d = doc.get(name).unwrap_or_else(|| panic!("docs/allocator.md's options table lacks {name}"));
+        assert_eq!(&normal(d), default, "{name}: docs/allocator.md says {d}, the library {default}");
     }
     for name in doc.keys() {
-        assert!(lib.contains_key(name), "README.md names {name}, which libstrata does not have");
+        assert!(lib.contains_key(name), "docs/allocator.md names {name}, which libstrata does not have");
     }
 }
