@@ -248,10 +248,12 @@ fn guest_daemon_promotes_a_hot_set_from_the_slow_node_and_demotes_a_cold_one_whe
          sleep 6; strata daemon --policy ambix --period-ms 300 -q --json > /tmp/d.json & D=$!\n\
          sleep 20; strata stats --json > /tmp/s.json; echo stats=$?\n\
          wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
+         echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
          echo ==WRITER==; cat /tmp/w.out; echo ==DAEMON==; cat /tmp/d.json; echo ==STATS==; cat /tmp/s.json",
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("stats=0") && out.contains("writer=0") && out.contains("daemon=0"), "{out}");
+    assert!(out.contains("oom=0"), "filling the fast node left the kernel short of memory: {out}");
     let w = section(&out, "WRITER");
     assert!(w.contains("verified"), "moving pages lost a write: {w}");
     let (h0, h1, hot) = nodes_of(w, "hot start", None);
@@ -289,10 +291,12 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
          STRATA_PRIORITY=high $W $H 40 > /tmp/high.out & H_PID=$!\n\
          sleep 30; strata stats --json > /tmp/s.json\n\
          wait $L; echo low=$?; wait $H_PID; echo high=$?; kill $D; wait $D; echo daemon=$?\n\
+         echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
          echo ==LOW==; cat /tmp/low.out; echo ==HIGH==; cat /tmp/high.out; echo ==STATS==; cat /tmp/s.json",
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("low=0") && out.contains("high=0") && out.contains("daemon=0"), "{out}");
+    assert!(out.contains("oom=0"), "filling the fast node left the kernel short of memory: {out}");
     let (low, high) = (section(&out, "LOW"), section(&out, "HIGH"));
     assert!(low.contains("verified") && high.contains("verified"), "{out}");
     let (h0, _, pages) = nodes_of(high, "hot end", None);

@@ -103,6 +103,11 @@ pub struct DaemonConfig {
     /// how often every process's open files are searched for channels, ms (programs that
     /// start while the daemon runs announce themselves at once)
     pub discovery_ms: u64,
+    /// share of every node the daemon leaves free beyond the kernel's watermarks, for the
+    /// kernel's own allocations: memory onlined as ZONE_MOVABLE (CXL, the guest's slow node)
+    /// cannot hold them, so a fast node filled to its watermarks with pages nothing can
+    /// reclaim leaves the kernel short (seen in the guest: the OOM killer took a program)
+    pub node_reserve_fraction: f64,
 }
 
 impl Default for DaemonConfig {
@@ -112,6 +117,7 @@ impl Default for DaemonConfig {
             socket: PathBuf::from(strata_sys::STRATA_DAEMON_SOCKET_DEFAULT),
             socket_group: None,
             discovery_ms: 10_000,
+            node_reserve_fraction: 0.02,
         }
     }
 }
@@ -258,6 +264,11 @@ impl Config {
         }
         if self.daemon.discovery_ms == 0 {
             return Err(Bad::new("daemon", "discovery_ms", "daemon.discovery_ms must be positive".into()));
+        }
+        if !(0.0..0.5).contains(&self.daemon.node_reserve_fraction) {
+            let m =
+                format!("daemon.node_reserve_fraction must be in [0, 0.5), not {}", self.daemon.node_reserve_fraction);
+            return Err(Bad::new("daemon", "node_reserve_fraction", m));
         }
         for (i, r) in self.processes.iter().enumerate() {
             let bad = |key: &str, message: String| Bad { table: "process".into(), nth: i, key: key.into(), message };

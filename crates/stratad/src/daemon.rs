@@ -186,10 +186,12 @@ impl Daemon {
     fn reload(&mut self) -> Result<(), String> {
         let outcome = self.options.load().map_err(|e| e.to_string()).and_then(|(cfg, policy)| {
             let discovery = Duration::from_millis(cfg.daemon.discovery_ms);
+            let reserve = cfg.daemon.node_reserve_fraction;
             let socket_changed = cfg.daemon.socket != self.engine.config().daemon.socket
                 || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
             self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
             self.machine.set_discovery(discovery);
+            self.machine.set_reserve_fraction(reserve);
             if socket_changed {
                 eprintln!("strata daemon: daemon.socket and daemon.socket_group take effect at the next start");
             }
@@ -250,6 +252,7 @@ pub fn run(
     let (cfg, policy) = options.load()?;
     let mut machine = Linux::new();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
+    machine.set_reserve_fraction(cfg.daemon.node_reserve_fraction);
     let engine = Engine::new(&policy, cfg, &mut machine)?;
     let shared = Arc::new(Mutex::new(None));
     let (tx, rx) = mpsc::channel();

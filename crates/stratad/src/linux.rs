@@ -134,6 +134,8 @@ pub struct Linux {
     cursor: (u32, u64),
     /// whole passes so far (which stripe of pages has its nodes read again)
     pass: u64,
+    /// share of each node's capacity reported as not free (the daemon's node_reserve_fraction)
+    reserve_fraction: f64,
 }
 
 /// move_pages(2) on another process; `nodes` None only asks where the pages are.
@@ -285,7 +287,13 @@ impl Linux {
             pagemap_scan: crate::probe::pagemap_scan().is_ok(),
             cursor: (0, 0),
             pass: 0,
+            reserve_fraction: 0.0,
         }
+    }
+
+    /// Keep this share of every node free: nodes() reports it as used.
+    pub fn set_reserve_fraction(&mut self, f: f64) {
+        self.reserve_fraction = f;
     }
 
     /// Look through every process's open files for channels this often.
@@ -560,7 +568,8 @@ impl Machine for Linux {
                 free_bytes: n.free_bytes,
             })
             .collect();
-        // free for the engine: above the kernel's watermarks (for this machine's own sysfs)
+        // free for the engine: above the kernel's watermarks (for this machine's own sysfs),
+        // less the reserve the daemon keeps for the kernel
         if self.sysfs == Path::new("/sys") {
             let usable = std::fs::read_to_string("/proc/zoneinfo").map(|z| movable_free(&z)).unwrap_or_default();
             for n in &mut nodes {
@@ -568,6 +577,9 @@ impl Machine for Linux {
                     n.free_bytes = n.free_bytes.min(u);
                 }
             }
+        }
+        for n in &mut nodes {
+            n.free_bytes = n.free_bytes.saturating_sub((n.capacity_bytes as f64 * self.reserve_fraction) as u64);
         }
         nodes.sort_by_key(|n| (n.distance, n.node));
         let tiers: BTreeMap<Node, Tier> = nodes.iter().map(|n| (n.node, n.tier)).collect();
