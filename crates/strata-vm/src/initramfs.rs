@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::cpio::Cpio;
 use strata_util::io;
 
-use crate::{module_path, Error, Options, DAX_MODULES};
+use crate::{Error, Kernel, Options, DAX_MODULES};
 
 /// The line the init script prints once node 1 is online, before the command starts.
 pub const READY: &str = "STRATA-VM-READY";
@@ -30,13 +30,17 @@ mkdir -p /dev/shm; mount -t tmpfs shm /dev/shm
 # loopback, for servers the command starts (strata stats --metrics, strata kv serve)
 ip link set lo up
 fail() { echo "STRATA-VM-SETUP-FAILED: $*"; poweroff -f; }
-for m in device_dax dax_hmem kmem; do insmod /lib/modules/strata/$m.ko || fail "insmod $m"; done
-[ -e /sys/bus/dax/devices/dax0.0 ] || fail "no dax0.0: the soft-reserved range was not found (memmap)"
-echo dax0.0 > /sys/bus/dax/drivers/device_dax/unbind || fail "unbind dax0.0"
-echo dax0.0 > /sys/bus/dax/drivers/kmem/new_id || fail "kmem new_id"
-for b in /sys/devices/system/memory/memory*; do
-  [ "$(cat $b/state)" = offline ] && { echo online_movable > $b/state || fail "online $b"; }
-done
+# node 1 soft-reserved (kernels before 6.7): hot-add it through dax/kmem into a lower tier;
+# newer kernels have already placed it by its HMAT attributes
+if [ "$(cat /sys/devices/system/node/has_memory)" != "0-1" ]; then
+  for m in device_dax dax_hmem kmem; do insmod /lib/modules/strata/$m.ko || fail "insmod $m"; done
+  [ -e /sys/bus/dax/devices/dax0.0 ] || fail "no dax0.0: the soft-reserved range was not found (memmap)"
+  echo dax0.0 > /sys/bus/dax/drivers/device_dax/unbind || fail "unbind dax0.0"
+  echo dax0.0 > /sys/bus/dax/drivers/kmem/new_id || fail "kmem new_id"
+  for b in /sys/devices/system/memory/memory*; do
+    [ "$(cat $b/state)" = offline ] && { echo online_movable > $b/state || fail "online $b"; }
+  done
+fi
 [ "$(cat /sys/devices/system/node/has_memory)" = "0-1" ] || fail "node 1 has no memory"
 "#,
     );
@@ -96,8 +100,8 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Write the initramfs for kernel `version` into `dir`; its path.
-pub fn write(a: &Options, version: &str, dir: &Path) -> Result<PathBuf, Error> {
+/// Write the initramfs for `kernel` into `dir`; its path.
+pub fn write(a: &Options, kernel: &Kernel, dir: &Path) -> Result<PathBuf, Error> {
     let mut cpio = Cpio::new();
     for d in ["/proc", "/sys", "/dev", "/tmp", "/sbin", "/usr/bin"] {
         cpio.dir(d);
@@ -111,10 +115,8 @@ pub fn write(a: &Options, version: &str, dir: &Path) -> Result<PathBuf, Error> {
     for lib in libraries(&me) {
         add_host_file(&mut cpio, &lib, &mut added)?;
     }
-    for md in DAX_MODULES {
-        let p = module_path(version, md).ok_or_else(|| Error::Missing(format!("module {md}.ko for {version}")))?;
-        let data = std::fs::read(&p).map_err(io(format!("reading {}", p.display())))?;
-        cpio.file(&format!("/lib/modules/strata/{md}.ko"), 0o644, &data);
+    for md in DAX_MODULES.iter().filter(|_| kernel.needs_dax()) {
+        cpio.file(&format!("/lib/modules/strata/{md}.ko"), 0o644, &kernel.module_bytes(md)?);
     }
     for f in &a.files {
         let abs = std::fs::canonicalize(f).map_err(io(format!("--file {}", f.display())))?;

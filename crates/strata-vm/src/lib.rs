@@ -12,8 +12,11 @@
 //! console until the command's exit status comes back ([`supervise`]).
 mod cpio;
 pub mod initramfs;
+pub mod kernel;
 pub mod qemu;
 pub mod supervise;
+
+pub use kernel::{Kernel, DAX_MODULES};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,9 +70,11 @@ pub struct Options {
     /// Seconds before the guest is killed and the run reported as timed out
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
-    /// The guest kernel (default: the newest /boot/vmlinuz-*)
-    #[arg(long)]
-    pub kernel: Option<PathBuf>,
+    /// The guest kernel: a vmlinuz file, or a Debian version to fetch once from
+    /// bookworm-backports into build/vm/kernels (e.g. 6.12) [default: the newest
+    /// /boot/vmlinuz-*]
+    #[arg(long, value_name = "FILE|VERSION")]
+    pub kernel: Option<String>,
     /// Print the guest's boot console too (it is always printed when the boot fails)
     #[arg(long, short)]
     pub verbose: bool,
@@ -79,34 +84,10 @@ pub struct Options {
 }
 
 const MIB: u64 = 1 << 20;
-/// The modules that turn node 1's soft-reserved RAM into a memory node.
-pub const DAX_MODULES: [&str; 3] = ["device_dax", "dax_hmem", "kmem"];
 
-/// The newest /boot/vmlinuz-*.
-pub fn newest_kernel() -> Option<PathBuf> {
-    let mut ks: Vec<PathBuf> = std::fs::read_dir("/boot")
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-")))
-        .collect();
-    ks.sort();
-    ks.pop()
-}
-
-/// "6.1.0-27-amd64" of /boot/vmlinuz-6.1.0-27-amd64.
-pub fn kernel_version(k: &Path) -> String {
-    k.file_name().unwrap_or_default().to_string_lossy().trim_start_matches("vmlinuz-").to_string()
-}
-
-/// A dax module of a kernel version.
-pub fn module_path(version: &str, name: &str) -> Option<PathBuf> {
-    let base = PathBuf::from(format!("/lib/modules/{version}/kernel/drivers/dax"));
-    [base.join(format!("{name}.ko")), base.join("hmem").join(format!("{name}.ko"))].into_iter().find(|p| p.exists())
-}
-
-/// What is missing to boot the guest, as sentences (empty when nothing).
-pub fn missing_tools(kernel: Option<&Path>) -> Vec<String> {
+/// What is missing to boot the guest with `kernel` (the newest installed when None), as
+/// sentences (empty when nothing).
+pub fn missing_tools(kernel: Option<&Kernel>) -> Vec<String> {
     let mut m = Vec::new();
     let have = |c: &str| {
         Command::new("sh").args(["-c", &format!("command -v {c}")]).output().is_ok_and(|o| o.status.success())
@@ -117,16 +98,15 @@ pub fn missing_tools(kernel: Option<&Path>) -> Vec<String> {
     if !Path::new("/bin/busybox").exists() {
         m.push("/bin/busybox not found (apt-get install busybox-static)".into());
     }
-    match kernel.map(Path::to_path_buf).or_else(newest_kernel) {
+    match kernel.cloned().or_else(kernel::newest_installed) {
         None => m.push("no kernel in /boot (apt-get install linux-image-amd64)".into()),
         Some(k) => {
-            if std::fs::File::open(&k).is_err() {
-                m.push(format!("{} is not readable", k.display()));
+            if std::fs::File::open(&k.vmlinuz).is_err() {
+                m.push(format!("{} is not readable", k.vmlinuz.display()));
             }
-            let v = kernel_version(&k);
-            for md in DAX_MODULES {
-                if module_path(&v, md).is_none() {
-                    m.push(format!("module {md}.ko for kernel {v} not found under /lib/modules/{v}"));
+            for md in DAX_MODULES.iter().filter(|_| k.needs_dax()) {
+                if k.module(md).is_none() {
+                    m.push(format!("module {md}.ko for kernel {} not found under {}", k.version, k.modules.display()));
                 }
             }
         }
@@ -149,11 +129,7 @@ fn check_memory(a: &Options) -> Result<(), Error> {
 
 /// Boot the guest, run the command in it, and return the command's exit status.
 pub fn run(a: &Options) -> Result<i32, Error> {
-    let kernel = a
-        .kernel
-        .clone()
-        .or_else(newest_kernel)
-        .ok_or_else(|| Error::Missing("no kernel in /boot (apt-get install linux-image-amd64)".into()))?;
+    let kernel = kernel::find(a.kernel.as_deref(), &|m| eprintln!("[vm] {m}"))?;
     let missing = missing_tools(Some(&kernel));
     if !missing.is_empty() {
         return Err(Error::Missing(missing.join("; ")));
@@ -162,7 +138,7 @@ pub fn run(a: &Options) -> Result<i32, Error> {
     let dir = std::env::temp_dir().join(format!("strata-vm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
     let result = (|| {
-        let initrd = initramfs::write(a, &kernel_version(&kernel), &dir)?;
+        let initrd = initramfs::write(a, &kernel, &dir)?;
         let child = qemu::command(a, &kernel, &initrd).spawn().map_err(io("starting qemu-system-x86_64"))?;
         supervise::follow(child, a.timeout, a.verbose)
     })();

@@ -1,23 +1,29 @@
-//! The QEMU command line: two NUMA nodes with HMAT latencies and bandwidths, node 1's RAM
-//! soft-reserved so dax/kmem hot-adds it as a CPU-less node in a lower memory tier.
+//! The QEMU command line: two NUMA nodes with HMAT latencies and bandwidths. On kernels that
+//! need it (before 6.7), node 1's RAM is soft-reserved so dax/kmem hot-adds it as a CPU-less
+//! node in a lower memory tier; newer kernels place node 1 by its HMAT attributes themselves.
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::{Options, MIB};
+use crate::{Kernel, Options, MIB};
 
-/// The kernel command line: node 1's RAM (except its last 2 MiB, which the firmware partly
-/// uses) becomes soft-reserved (type 0xefffffff) so dax_hmem claims it; 2 MiB aligned.
-pub fn kernel_cmdline(fast: u64, slow: u64) -> String {
-    format!(
-        "console=ttyS0 panic=-1 quiet loglevel=3 memmap={:#x}%{:#x}-1+0xefffffff memmap=0x1e0000%{:#x}-1+2",
-        slow - 2 * MIB,
-        fast,
-        fast + slow - 2 * MIB
-    )
+/// The kernel command line. With `soft_reserve`, node 1's RAM (except its last 2 MiB, which
+/// the firmware partly uses) becomes soft-reserved (type 0xefffffff) so dax_hmem claims it;
+/// 2 MiB aligned.
+pub fn kernel_cmdline(fast: u64, slow: u64, soft_reserve: bool) -> String {
+    let mut c = String::from("console=ttyS0 panic=-1 quiet loglevel=3");
+    if soft_reserve {
+        c += &format!(
+            " memmap={:#x}%{:#x}-1+0xefffffff memmap=0x1e0000%{:#x}-1+2",
+            slow - 2 * MIB,
+            fast,
+            fast + slow - 2 * MIB
+        );
+    }
+    c
 }
 
 /// qemu-system-x86_64 for the guest, its console on stdout, stdin closed.
-pub fn command(a: &Options, kernel: &Path, initrd: &Path) -> Command {
+pub fn command(a: &Options, kernel: &Kernel, initrd: &Path) -> Command {
     let (fast, slow) = (a.fast_mem, a.slow_mem);
     let mut q = Command::new("qemu-system-x86_64");
     q.args(["-accel", "tcg,thread=multi", "-machine", "pc,hmat=on", "-nographic", "-no-reboot"])
@@ -37,7 +43,8 @@ pub fn command(a: &Options, kernel: &Path, initrd: &Path) -> Command {
             &format!("hmat-lb,initiator=0,target={node},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}M"),
         ]);
     }
-    q.arg("-kernel").arg(kernel).arg("-initrd").arg(initrd).args(["-append", &kernel_cmdline(fast, slow)]);
+    q.arg("-kernel").arg(&kernel.vmlinuz).arg("-initrd").arg(initrd);
+    q.args(["-append", &kernel_cmdline(fast, slow, kernel.needs_dax())]);
     q.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     q
 }
@@ -48,7 +55,8 @@ mod tests {
 
     #[test]
     fn node_one_is_soft_reserved_after_node_zero() {
-        let c = kernel_cmdline(1 << 30, 1 << 30);
+        let c = kernel_cmdline(1 << 30, 1 << 30, true);
         assert!(c.contains("memmap=0x3fe00000%0x40000000-1+0xefffffff"), "{c}");
+        assert!(!kernel_cmdline(1 << 30, 1 << 30, false).contains("memmap"));
     }
 }
