@@ -1,11 +1,13 @@
 /* hot_writer.c: a hot set and a cold one for the daemon to find (crates/strata-cli/tests/vm.rs).
  *
- *   hot_writer HOT_MB [SECS [COLD_MB]]
+ *   hot_writer HOT_MB [SECS [COLD_MB [read]]]
  *
  * Run under LD_PRELOAD=libstrata.so, usually with tests/preload/hot_writer.rules, which sends
  * the hot buffer (allocated in alloc_hot) to the slow tier and the cold one (alloc_cold) to the
  * fast tier. It fills the cold buffer once and never touches it again, then writes a counter
- * into every page of the hot buffer, round after round, for SECS seconds. It prints how many
+ * into every page of the hot buffer, round after round, for SECS seconds (with `read`, it
+ * writes the hot buffer once and then only reads it: a hot set that trackers of writes cannot
+ * see). It prints how many
  * pages of each buffer each node holds at the start and at the end, as the kernel says
  * (move_pages with no target), independently of Strata; and at the end it checks every page
  * of both buffers ("verified", or the first page that lost a write), so a move that loses data
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
   size_t hot_mb = argc > 1 ? strtoul(argv[1], NULL, 10) : 16;
   double secs = argc > 2 ? atof(argv[2]) : 10;
   size_t cold_mb = argc > 3 ? strtoul(argv[3], NULL, 10) : 0;
+  int read_only = argc > 4 && !strcmp(argv[4], "read");
   size_t hot_pages = (hot_mb << 20) / PAGE, cold_pages = (cold_mb << 20) / PAGE;
   char *cold = cold_pages ? alloc_cold(cold_mb << 20) : NULL;
   for (size_t i = 0; i < cold_pages; i++) memset(cold + i * PAGE, (int)(i & 255), PAGE);
@@ -59,12 +62,21 @@ int main(int argc, char **argv) {
   if (cold) nodes("cold", "start", cold, cold_pages);
   struct timespec t0, t;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  uint64_t rounds = 0;
+  uint64_t rounds = 0, sum = 0;
+  if (read_only) {
+    rounds = 1;
+    for (size_t i = 0; i < hot_pages; i++) ((uint64_t *)(hot + i * PAGE))[i % 512] = rounds;
+  }
   do {
-    rounds++;
-    for (size_t i = 0; i < hot_pages; i++) ((volatile uint64_t *)(hot + i * PAGE))[i % 512] = rounds;
+    if (read_only) {
+      for (size_t i = 0; i < hot_pages; i++) sum += ((volatile uint64_t *)(hot + i * PAGE))[i % 512];
+    } else {
+      rounds++;
+      for (size_t i = 0; i < hot_pages; i++) ((volatile uint64_t *)(hot + i * PAGE))[i % 512] = rounds;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t);
   } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
+  if (read_only && sum == 0) return 3; /* (uses sum: the reads are not optimized away) */
   nodes("hot", "end", hot, hot_pages);
   if (cold) nodes("cold", "end", cold, cold_pages);
   printf("rounds: %llu\n", (unsigned long long)rounds);

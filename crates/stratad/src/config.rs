@@ -108,6 +108,12 @@ pub struct DaemonConfig {
     /// cannot hold them, so a fast node filled to its watermarks with pages nothing can
     /// reclaim leaves the kernel short (seen in the guest: the OOM killer took a program)
     pub node_reserve_fraction: f64,
+    /// how the daemon may see accesses, preferred first: damon-vaddr (reads and writes),
+    /// pagemap-scan, soft-dirty (writes); each process gets the first it and the kernel allow
+    pub trackers: Vec<String>,
+    /// processes DAMON watches at most (a kernel thread each); the others fall to the next
+    /// tracker
+    pub damon_max_processes: usize,
 }
 
 impl Default for DaemonConfig {
@@ -118,6 +124,8 @@ impl Default for DaemonConfig {
             socket_group: None,
             discovery_ms: 10_000,
             node_reserve_fraction: 0.02,
+            trackers: crate::linux::TRACKERS.iter().map(|t| t.name().to_string()).collect(),
+            damon_max_processes: 8,
         }
     }
 }
@@ -265,6 +273,13 @@ impl Config {
         if self.daemon.discovery_ms == 0 {
             return Err(Bad::new("daemon", "discovery_ms", "daemon.discovery_ms must be positive".into()));
         }
+        for t in &self.daemon.trackers {
+            if !crate::linux::TRACKERS.iter().any(|k| k.name() == t) {
+                let known: Vec<&str> = crate::linux::TRACKERS.iter().map(|k| k.name()).collect();
+                let m = format!("daemon.trackers: no tracker '{t}' (known: {})", known.join(", "));
+                return Err(Bad::new("daemon", "trackers", m));
+            }
+        }
         if !(0.0..0.5).contains(&self.daemon.node_reserve_fraction) {
             let m =
                 format!("daemon.node_reserve_fraction must be in [0, 0.5), not {}", self.daemon.node_reserve_fraction);
@@ -314,6 +329,15 @@ impl Config {
             return Err(Error::Config(format!("policy.{base} must be a table")));
         }
         Ok(strata_policy::create(name, table)?)
+    }
+
+    /// The daemon's trackers, preferred first.
+    pub fn trackers(&self) -> Vec<crate::linux::Tracker> {
+        self.daemon
+            .trackers
+            .iter()
+            .filter_map(|t| crate::linux::TRACKERS.iter().copied().find(|k| k.name() == t))
+            .collect()
     }
 
     /// The rule for a command, if there is one.

@@ -187,11 +187,16 @@ impl Daemon {
         let outcome = self.options.load().map_err(|e| e.to_string()).and_then(|(cfg, policy)| {
             let discovery = Duration::from_millis(cfg.daemon.discovery_ms);
             let reserve = cfg.daemon.node_reserve_fraction;
+            let (trackers, damon_max) = (cfg.trackers(), cfg.daemon.damon_max_processes);
+            let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
             let socket_changed = cfg.daemon.socket != self.engine.config().daemon.socket
                 || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
             self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
             self.machine.set_discovery(discovery);
             self.machine.set_reserve_fraction(reserve);
+            if let Some(why) = self.machine.set_trackers(&trackers, damon_max, round) {
+                eprintln!("strata daemon: DAMON is not used: {why}");
+            }
             if socket_changed {
                 eprintln!("strata daemon: daemon.socket and daemon.socket_group take effect at the next start");
             }
@@ -253,6 +258,9 @@ pub fn run(
     let mut machine = Linux::new();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
     machine.set_reserve_fraction(cfg.daemon.node_reserve_fraction);
+    // (a kernel without DAMON is the usual case: the probe in the status says why)
+    let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
+    let _ = machine.set_trackers(&cfg.trackers(), cfg.daemon.damon_max_processes, round);
     let engine = Engine::new(&policy, cfg, &mut machine)?;
     let shared = Arc::new(Mutex::new(None));
     let (tx, rx) = mpsc::channel();

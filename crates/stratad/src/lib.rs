@@ -16,6 +16,7 @@ pub mod channel;
 pub mod config;
 pub mod control;
 pub mod daemon;
+mod damon;
 pub mod emulated;
 mod engine;
 pub mod linux;

@@ -49,15 +49,31 @@ const REFRESH_BLOCK: u64 = 2 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Tracker {
+    DamonVaddr,
     PagemapScan,
     SoftDirty,
     None,
 }
 
-/// What a scan of one process found: its present pages (address, written since their last
-/// scan), the pages it took of the round's budget, and where it stopped (None: it reached the
-/// end of the process).
-type Scanned = (Vec<(u64, bool)>, u64, Option<u64>);
+impl Tracker {
+    /// Its name in configurations and in `strata daemon --probe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tracker::DamonVaddr => "damon-vaddr",
+            Tracker::PagemapScan => "pagemap-scan",
+            Tracker::SoftDirty => "soft-dirty",
+            Tracker::None => "none",
+        }
+    }
+}
+
+/// The trackers the daemon can use, in the order it prefers them by default.
+pub const TRACKERS: [Tracker; 3] = [Tracker::DamonVaddr, Tracker::PagemapScan, Tracker::SoftDirty];
+
+/// What a scan of one process found: its present pages (address, accessed and written since
+/// their last scan), the pages it took of the round's budget, and where it stopped (None: it
+/// reached the end of the process).
+type Scanned = (Vec<(u64, bool, bool)>, u64, Option<u64>);
 
 /// A process the machine manages.
 struct Proc {
@@ -136,6 +152,15 @@ pub struct Linux {
     pass: u64,
     /// share of each node's capacity reported as not free (the daemon's node_reserve_fraction)
     reserve_fraction: f64,
+    /// the trackers to use, preferred first (the daemon's configuration; none chosen: the
+    /// machine scans nothing)
+    trackers: Vec<Tracker>,
+    /// DAMON, when the daemon uses it, with at most this many processes, and each process's
+    /// regions as this pass read them
+    damon: Option<crate::damon::Damon>,
+    damon_max: usize,
+    damon_aggr_us: u64,
+    damon_regions: BTreeMap<u32, Vec<crate::damon::Region>>,
 }
 
 /// move_pages(2) on another process; `nodes` None only asks where the pages are.
@@ -288,6 +313,36 @@ impl Linux {
             cursor: (0, 0),
             pass: 0,
             reserve_fraction: 0.0,
+            trackers: vec![Tracker::PagemapScan, Tracker::SoftDirty],
+            damon: None,
+            damon_max: 0,
+            damon_aggr_us: 100_000,
+            damon_regions: BTreeMap::new(),
+        }
+    }
+
+    /// Track with these, preferred first; DAMON (for at most `damon_max` processes, its
+    /// aggregation `round` long less a fifth, so a round can wait for it) is taken only here,
+    /// by the daemon, never by a tool that only reads. Returns why DAMON, if asked for, cannot
+    /// be used.
+    pub fn set_trackers(&mut self, trackers: &[Tracker], damon_max: usize, round: Duration) -> Option<String> {
+        self.trackers = trackers.to_vec();
+        self.damon_max = damon_max;
+        self.damon_aggr_us = (round.as_micros() as u64 * 4 / 5).max(5000);
+        let wants_damon = trackers.contains(&Tracker::DamonVaddr) && damon_max > 0;
+        if !wants_damon {
+            self.damon = None;
+            return None;
+        }
+        if self.damon.is_some() {
+            return None;
+        }
+        match crate::damon::Damon::open() {
+            Ok(d) => {
+                self.damon = Some(d);
+                None
+            }
+            Err(e) => Some(e),
         }
     }
 
@@ -387,10 +442,37 @@ impl Linux {
 
     /// How process `pid`'s writes are seen.
     pub fn tracker(&self, pid: u32) -> Tracker {
-        match self.procs.get(&pid) {
-            Some(p) if self.pagemap_scan && p.channel.as_ref().is_some_and(|c| c.wp_async()) => Tracker::PagemapScan,
-            Some(_) if self.soft_dirty => Tracker::SoftDirty,
-            _ => Tracker::None,
+        let Some(p) = self.procs.get(&pid) else { return Tracker::None };
+        let usable = |t: &Tracker| match t {
+            Tracker::DamonVaddr => self.damon.as_ref().is_some_and(|d| d.pids().contains(&pid)),
+            Tracker::PagemapScan => self.pagemap_scan && p.channel.as_ref().is_some_and(|c| c.wp_async()),
+            Tracker::SoftDirty => self.soft_dirty,
+            Tracker::None => false,
+        };
+        self.trackers.iter().copied().find(usable).unwrap_or(Tracker::None)
+    }
+
+    /// At the start of a pass: DAMON monitors the first processes (by pid) up to its limit,
+    /// and what it saw of them is read.
+    fn damon_pass(&mut self) {
+        let Some(d) = self.damon.as_mut() else { return };
+        let chosen: Vec<u32> = self.procs.keys().copied().take(self.damon_max).collect();
+        self.damon_regions.clear();
+        if let Err(e) = d.monitor(&chosen, self.damon_aggr_us) {
+            eprintln!("strata daemon: DAMON: {e}");
+            return;
+        }
+        for (pid, r) in d.regions() {
+            match r {
+                Ok(regions) => {
+                    self.damon_regions.insert(pid, regions);
+                }
+                Err(e) => {
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        p.scan_error = Some(format!("DAMON: {e}"));
+                    }
+                }
+            }
         }
     }
 
@@ -450,11 +532,11 @@ impl Linux {
     /// The pages a scan reports, from present (address, written) pairs of process `pid` in
     /// address order: each page's node as this pass last read or moved it, read again (from
     /// its frame) when unknown or in this pass's stripe of pages.
-    fn observe(&mut self, pid: u32, present: &[(u64, bool)], out: &mut Vec<PageObs>) {
+    fn observe(&mut self, pid: u32, present: &[(u64, bool, bool)], out: &mut Vec<PageObs>) {
         let stripe = self.pass % REFRESH_PASSES;
         let Some(p) = self.procs.get_mut(&pid) else { return };
         let mut known: Vec<Option<Node>> = Vec::with_capacity(present.len());
-        for &(addr, _) in present {
+        for &(addr, _, _) in present {
             while p.nodes_at < p.nodes_last.len() && p.nodes_last[p.nodes_at].0 < addr {
                 p.nodes_at += 1;
             }
@@ -464,11 +546,11 @@ impl Linux {
         let unknown: Vec<u64> = present.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(p, _)| p.0).collect();
         let mut read = self.nodes_of(pid, &unknown).into_iter();
         let Some(p) = self.procs.get_mut(&pid) else { return };
-        for (&(addr, written), k) in present.iter().zip(known) {
+        for (&(addr, accessed, dirty), k) in present.iter().zip(known) {
             let Some(node) = k.or_else(|| read.next().flatten()) else { continue };
             p.nodes_now.push((addr, node));
             let tier = self.tier_of.get(&node).copied().unwrap_or(Tier::MAX);
-            out.push(PageObs { pid, addr, tier, node, accessed: written, dirty: written });
+            out.push(PageObs { pid, addr, tier, node, accessed, dirty });
         }
     }
 
@@ -506,12 +588,20 @@ impl Linux {
                     .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
                 for r in &regions {
                     let written = r.categories & pagemap::PAGE_IS_WRITTEN != 0;
-                    present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| (a, written)));
+                    present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| (a, written, written)));
                 }
                 let n = present.len() as u64;
                 (present, n, (end < USER_TOP).then_some(end))
             }
-            Tracker::SoftDirty => {
+            // every private anonymous mapping, from pagemap: written if soft-dirty (where the
+            // kernel has it), accessed if written or, with DAMON, in a region it saw accessed
+            tracker @ (Tracker::SoftDirty | Tracker::DamonVaddr) => {
+                let regions = self.damon_regions.get(&pid).map_or(&[][..], |r| r.as_slice());
+                let seen = |addr: u64, e: u64| {
+                    let dirty = self.soft_dirty && pagemap::soft_dirty(e);
+                    let read = tracker == Tracker::DamonVaddr && crate::damon::accessed(regions, addr) == Some(true);
+                    (addr, dirty || read, dirty)
+                };
                 let mut taken = 0u64;
                 for (lo, hi) in anonymous_ranges(pid) {
                     let mut addr = lo.max(from);
@@ -526,7 +616,7 @@ impl Linux {
                                 .iter()
                                 .enumerate()
                                 .filter(|(_, &e)| pagemap::present(e))
-                                .map(|(i, &e)| (addr + i as u64 * PAGE, pagemap::soft_dirty(e))),
+                                .map(|(i, &e)| seen(addr + i as u64 * PAGE, e)),
                         );
                         taken += n as u64;
                         addr += n as u64 * PAGE;
@@ -596,12 +686,15 @@ impl Machine for Linux {
     }
 
     fn can_scan(&self) -> bool {
-        self.soft_dirty || self.pagemap_scan
+        self.soft_dirty || self.pagemap_scan || self.damon.is_some()
     }
 
     /// The processes in pid order, each by its tracker, from where the last call stopped.
     fn scan(&mut self, max: u64, out: &mut Vec<PageObs>) -> bool {
         self.discover();
+        if self.cursor == (0, 0) {
+            self.damon_pass();
+        }
         let mut taken = 0u64;
         let pids: Vec<u32> = self.procs.keys().copied().filter(|&p| p >= self.cursor.0).collect();
         for pid in pids {
@@ -628,7 +721,12 @@ impl Machine for Linux {
             }
         }
         // a pass ended: soft-dirty bits start again from clean
-        let soft: Vec<u32> = self.procs.keys().copied().filter(|&p| self.tracker(p) == Tracker::SoftDirty).collect();
+        let soft: Vec<u32> = self
+            .procs
+            .keys()
+            .copied()
+            .filter(|&p| self.soft_dirty && matches!(self.tracker(p), Tracker::SoftDirty | Tracker::DamonVaddr))
+            .collect();
         for pid in soft {
             let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "4");
         }

@@ -36,7 +36,7 @@ pub fn probe() -> Vec<Tracker> {
     };
     vec![
         t("perf-mem", "sampled loads and stores with addresses (reads and writes)", false, perf_mem()),
-        t("damon-vaddr", "accessed regions of a process (reads and writes, sampled)", false, damon_vaddr()),
+        t("damon-vaddr", "accessed regions of a process (reads and writes, sampled)", true, damon_vaddr()),
         t("idle-page", "pages accessed since marked idle (reads and writes)", false, idle_page()),
         t("pagemap-scan", "pages written since the last scan (writes only)", true, pagemap_scan()),
         t("soft-dirty", "pages written since the bits were cleared (writes only)", true, soft_dirty()),
@@ -101,28 +101,8 @@ fn perf_mem() -> Result<String, String> {
 }
 
 fn damon_vaddr() -> Result<String, String> {
-    let admin = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
-    if !admin.exists() {
-        return Err("no DAMON sysfs interface (/sys/kernel/mm/damon/admin)".into());
-    }
-    // avail_operations lives in a context; read the existing ones, never make or change one
-    let mut seen = Vec::new();
-    for k in fs::read_dir(admin).into_iter().flatten().flatten() {
-        for c in fs::read_dir(k.path().join("contexts")).into_iter().flatten().flatten() {
-            if let Ok(ops) = fs::read_to_string(c.path().join("avail_operations")) {
-                if ops.split_whitespace().any(|o| o == "vaddr") {
-                    return Ok(format!("vaddr in {}", c.path().join("avail_operations").display()));
-                }
-                seen.push(ops.split_whitespace().collect::<Vec<_>>().join(" "));
-            }
-        }
-    }
-    match seen.first() {
-        Some(ops) => Err(format!("DAMON here monitors only: {ops} (no virtual address spaces)")),
-        None => Err("DAMON's operations are listed only inside a context, and there is none to read \
-                     (the daemon does not reconfigure DAMON to find out)"
-            .into()),
-    }
+    // a kdamond of the probe's own, made and removed (never one another tool configured)
+    crate::damon::Damon::open().map(|_| "DAMON with vaddr operations, unused by any other tool".to_string())
 }
 
 fn idle_page() -> Result<String, String> {
