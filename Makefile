@@ -15,10 +15,10 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -Iinclude -Ilibstrata
 BUILD   := build
-LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
+LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/agent/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
 SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h
-C_TESTS := test_api test_stress test_invariants
+C_TESTS := test_api test_stress test_invariants test_migrate
 
 .PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
@@ -149,8 +149,8 @@ $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fomit-frame-pointer -rdynamic $< -o $@ -ldl
 
-# (test_invariants forks while the fork handler holds every central lock: more than the 64
-# TSan's deadlock detector can track, hence detect_deadlocks=0 for it)
+# (test_invariants and test_migrate fork while the fork handler holds every central lock: more than the 64
+# TSan's deadlock detector can track, hence detect_deadlocks=0 for them)
 c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	@set -e; for f in plain asan tsan; do \
 	  echo "== C tests ($$f)"; \
@@ -158,6 +158,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_api; \
 	  TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_invariants; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
+	  if [ $$f = plain ]; then $(BUILD)/$$f/test_migrate 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_migrate 40; fi; \
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_stress 3 60000; \
 	done
 	@echo "== transparent mode (LD_PRELOAD=$(BUILD)/libstrata.so)"
@@ -178,10 +179,13 @@ rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS) emu
 	cargo test --release --workspace
 
 # guest test programs: static, so the guest needs no libraries for them
-vm-bins: $(BUILD)/vm/place $(BUILD)/vm/tiering
+vm-bins: $(BUILD)/vm/place $(BUILD)/vm/tiering $(BUILD)/vm/test_migrate
 $(BUILD)/vm/%: tests/vm/%.c tests/vm/numa_maps.h $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -static $< $(BUILD)/libstrata.a -o $@
+$(BUILD)/vm/test_migrate: libstrata/tests/test_migrate.c libstrata/tests/check.h $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ilibstrata/tests -static $< $(BUILD)/libstrata.a -o $@
 
 vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer $(BUILD)/emu/access-emu
 	@scripts/bootstrap.sh --vm

@@ -46,6 +46,9 @@ enum {
    * since its last scan with PAGEMAP_SCAN on /proc/PID/pagemap (PM_SCAN_WP_MATCHING), which
    * also protects them again */
   STRATA_TRACKING_WP_ASYNC = 1,
+  /* the process's userfaultfd can move pages (UFFDIO_MOVE, Linux 6.8+) and handle the
+   * kernel's own faults: its agent can migrate Strata's pages transactionally */
+  STRATA_TRACKING_MOVE = 2,
 };
 
 /* directive values: where a context's new objects go */
@@ -96,5 +99,52 @@ typedef struct strata_object_s {
   uint32_t context;           /* index into contexts[] */
   uint32_t next;              /* next record of the same object, 0 = last */
 } strata_object_t;
+
+/* ---- the agent: transactional migration, asked for by a daemon ----------------------------
+ *
+ * A process whose userfaultfd can move pages offers an agent in its hello
+ * ({"op":"hello","pid":N,"agent":true}); a daemon that wants one answers {"agent":true} on the
+ * same connection and keeps it: from then on it sends requests on it and the agent thread in
+ * the process (libstrata/agent/) answers each with a reply. Both are fixed layouts, in the
+ * machine's byte order: a request is the struct followed by `count` page addresses (uint64_t),
+ * a reply the struct followed by `count` statuses (int32_t, as move_pages(2) gives them: the
+ * node the page is on, or minus an errno: -EAGAIN aborted every attempt (written while being
+ * copied), -EBUSY pinned or shared, -ENOENT not there, -ENOMEM no room on the node). */
+#define STRATA_AGENT_MAGIC 0x54474153u /* "SAGT" */
+#define STRATA_AGENT_MAX_PAGES 512
+
+enum {
+  STRATA_AGENT_MOVE = 1,         /* move the pages to `node`, transactionally */
+  STRATA_AGENT_DROP_SHADOWS = 2, /* drop shadow copies, `count` of them (0: all); no addresses */
+};
+
+typedef struct strata_agent_request_s {
+  uint32_t magic;    /* STRATA_AGENT_MAGIC */
+  uint32_t op;       /* STRATA_AGENT_* */
+  int32_t node;      /* MOVE: the target node */
+  uint32_t count;    /* addresses that follow (MOVE), or shadows to drop */
+  uint32_t attempts; /* MOVE: copies tried before a page is given up for this request */
+  uint32_t flags;    /* STRATA_AGENT_FORCE: move pages already on `node` too (tests and
+                      * benchmarks on machines of one node) */
+} strata_agent_request_t;
+
+#define STRATA_AGENT_FORCE 1u
+
+/* The agent's counters since it started (every reply carries them). */
+typedef struct strata_agent_counters_s {
+  uint64_t commits;          /* pages moved by a copy that committed */
+  uint64_t aborts;           /* copies abandoned: the page was written while being copied */
+  uint64_t shadow_demotions; /* demotions by remapping a valid shadow: no copy */
+  uint64_t shadows_stale;    /* shadows found written over at demotion, dropped */
+  uint64_t shadows_dropped;  /* shadows dropped on request (reclaimed) */
+  uint64_t shadows;          /* shadow copies held now */
+  uint64_t fallbacks;        /* pages moved by move_pages(2) instead (not Strata's memory) */
+} strata_agent_counters_t;
+
+typedef struct strata_agent_reply_s {
+  uint32_t magic; /* STRATA_AGENT_MAGIC */
+  uint32_t count; /* statuses that follow (MOVE), or shadows dropped */
+  strata_agent_counters_t counters;
+} strata_agent_reply_t;
 
 #endif /* STRATA_CHANNEL_H */

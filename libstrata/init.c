@@ -26,9 +26,11 @@ static void fork_prepare(void) {
   pthread_mutex_lock(&_strata_seg_lock);
   pthread_mutex_lock(&_strata_meta_lock);
   pthread_mutex_lock(&_strata_channel_lock);
+  pthread_mutex_lock(&_strata_agent_lock); /* no page missing for a commit while copied */
 }
 
 static void fork_parent(void) {
+  pthread_mutex_unlock(&_strata_agent_lock);
   pthread_mutex_unlock(&_strata_channel_lock);
   pthread_mutex_unlock(&_strata_meta_lock);
   pthread_mutex_unlock(&_strata_seg_lock);
@@ -37,6 +39,7 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   fork_parent();
+  _strata_agent_forget();
   _strata_track_forget();
   if (atomic_load(&_strata_contexts_on)) _strata_channel_forget(); /* the parent's, not ours */
 }

@@ -341,6 +341,9 @@ void _strata_process_directive_init(void);
 int _strata_parse_directive(const char *s, int32_t *out); /* 0, or -1 */
 int _strata_parse_priority(const char *s, int32_t *out);  /* 0, or -1 */
 void _strata_untrack(uint32_t first, const void *p);
+/* Tell a running daemon this process has a channel; offering an agent, the connection when the
+ * daemon wants one (else -1). */
+int _strata_daemon_hello(bool agent);
 
 /* ---- context/context.c, rules.c, report.c: allocation contexts -------------------------- */
 
@@ -382,6 +385,21 @@ void *_strata_prim_remap(void *p, size_t old_size, size_t new_size, void *to); /
 void _strata_track_range(void *p, size_t len);   /* seg lock held: a new segment or mapping */
 uint32_t _strata_track_start(void);              /* no lock held: STRATA_TRACKING_* bits */
 void _strata_track_forget(void);                 /* fork child: the parent's userfaultfd */
+int _strata_uffd(bool *can_move);                /* the userfaultfd (-1: none), and whether the agent may move with it */
+
+/* ---- agent/agent.c, migrate.c: transactional migration for a daemon -------------------- */
+
+extern pthread_mutex_t _strata_agent_lock;       /* held while a page is missing for a commit */
+void _strata_agent_start(int conn);              /* the daemon's connection (-1: none wanted) */
+void _strata_agent_forget(void);                 /* fork child */
+int _strata_migrate_init(int uffd);
+void _strata_migrate_forget(void);
+/* Move pages to node: status as move_pages(2) gives it (-EAGAIN: written during every
+ * attempt). */
+size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts, unsigned flags, int32_t *status);
+size_t _strata_shadows_drop(size_t max);         /* 0: all */
+size_t _strata_shadows_sweep(void);              /* drop the shadows of pages written since */
+const strata_agent_counters_t *_strata_migrate_counters(void);
 
 /* ---- machine/topo.c -------------------------------------------------------------------- */
 

@@ -31,6 +31,10 @@ __attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, siz
       STRATA_CHANNEL_VERSION, STRATA_CONTEXT_FRAMES, STRATA_DIRECTIVE_TIER0,
       STRATA_PRIORITY_HIGH, STRATA_PRIORITY_MAX, STRATA_TRACKING_WP_ASYNC,
       sizeof(STRATA_DAEMON_SOCKET_DEFAULT) - 1,
+      sizeof(strata_agent_request_t), F(strata_agent_request_t, attempts),
+      sizeof(strata_agent_counters_t), F(strata_agent_counters_t, fallbacks),
+      sizeof(strata_agent_reply_t), F(strata_agent_reply_t, counters),
+      STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_TRACKING_MOVE,
   };
   size_t k = sizeof v / sizeof v[0];
   for (size_t i = 0; i < k && i < n; i++) out[i] = v[i];

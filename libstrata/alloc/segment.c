@@ -254,12 +254,15 @@ large_t *_strata_large_grow(large_t *l, size_t size) {
   if (map < size || size > ((size_t)1 << 46)) return NULL;
   int pool = l->arena->pool;
   pthread_mutex_lock(&_strata_seg_lock);
+  /* (the agent lock: no page of it is missing for a commit while its page table moves) */
+  pthread_mutex_lock(&_strata_agent_lock);
   large_t *n = _strata_prim_remap(l, old, map, NULL); /* the address space after it is free */
   if (!n) { /* elsewhere: a fresh aligned reservation the pages move into */
     void *to = _strata_prim_map(map, SEG_SIZE);
     n = to ? _strata_prim_remap(l, old, map, to) : NULL;
     if (!n && to) _strata_prim_unmap(to, map);
   }
+  pthread_mutex_unlock(&_strata_agent_lock);
   if (n) {
     if (n != l) registry_set(l, old, false);
     registry_set(n, map, true);

@@ -99,21 +99,46 @@ int _strata_parse_priority(const char *s, int32_t *out) {
 }
 
 /* Tell a running daemon that this process has a channel: one line on its socket. Nothing
- * waits: no daemon (no socket, nobody listening, a full backlog) costs a failed connect. */
-static void daemon_hello(long pid) {
+ * waits when no daemon listens (a failed connect). Offering an agent (this process can move
+ * its pages transactionally, agent/), it waits up to 200 ms for the daemon's answer and
+ * returns the connection when the daemon wants one, else -1. */
+int _strata_daemon_hello(bool agent) {
+  strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
   const char *path = _strata_option_str(OPT_DAEMON_SOCKET);
   if (!path) path = STRATA_DAEMON_SOCKET_DEFAULT;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof sa.sun_path) return;
+  if (!h || strlen(path) >= sizeof sa.sun_path) return -1;
   memcpy(sa.sun_path, path, strlen(path) + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-    char line[64];
-    int n = snprintf(line, sizeof line, "{\"op\":\"hello\",\"pid\":%ld}\n", pid);
-    if (write(fd, line, (size_t)n) == n) _strata_message("strata: told the daemon at %s\n", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  /* a full backlog (a daemon that does not answer) must not block this process */
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(fd);
+    return -1;
+  }
+  char line[96];
+  int n = snprintf(line, sizeof line, "{\"op\":\"hello\",\"pid\":%ld%s}\n", (long)h->pid,
+                   agent ? ",\"agent\":true" : "");
+  bool wanted = false;
+  if (write(fd, line, (size_t)n) == n) {
+    _strata_message("strata: told the daemon at %s\n", path);
+    ssize_t r = agent ? read(fd, line, sizeof line - 1) : 0;
+    if (r > 0) {
+      line[r] = 0;
+      wanted = strstr(line, "\"agent\":true") != NULL;
+    }
+  }
+  if (wanted) {
+    tv.tv_usec = 0; /* the agent's connection blocks as long as it takes */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
   }
   close(fd);
+  return -1;
 }
 
 strata_channel_header_t *_strata_channel(void) {
@@ -130,7 +155,8 @@ strata_channel_header_t *_strata_channel(void) {
   pthread_mutex_unlock(&channel_lock);
   if (made) { /* outside the channel lock: tracking takes the seg lock, which nests outside it */
     __atomic_store_n(&h->tracking, _strata_track_start(), __ATOMIC_RELAXED);
-    if (channel_fd >= 0) daemon_hello((long)h->pid);
+    bool move;
+    if (channel_fd >= 0) _strata_agent_start(_strata_daemon_hello(_strata_uffd(&move) >= 0 && move));
   }
   return h;
 }

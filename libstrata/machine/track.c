@@ -36,24 +36,55 @@
 #ifndef UFFD_FEATURE_WP_ASYNC
 #define UFFD_FEATURE_WP_ASYNC (1 << 15)
 #endif
+#ifndef UFFD_FEATURE_MOVE
+#define UFFD_FEATURE_MOVE (1 << 16)
+#endif
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
 
 enum { TRACK_UNTRIED = 0, TRACK_ON, TRACK_OFF, TRACK_STALE /* a fork child, not yet started */ };
 static int uffd = -1;      /* seg lock */
 static _Atomic int state;  /* TRACK_*; changed under the seg lock */
+static bool can_move;      /* the agent may use uffd (agent/migrate.c) */
 
-/* A userfaultfd with asynchronous write-protect, or -1. User-mode-only faults suffice: in
- * asynchronous mode the kernel resolves every write fault itself, its own included, and
- * unprivileged processes may open such a userfaultfd whatever vm.unprivileged_userfaultfd
- * says. */
-static int wp_async_open(void) {
-  int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
-  if (fd < 0) return -1;
-  struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED};
-  if (ioctl(fd, UFFDIO_API, &api) != 0) {
-    close(fd);
-    return -1;
-  }
+/* A userfaultfd, full (it handles the kernel's own faults too) when `full`, else for faults
+ * in user mode only; -1 when not allowed. Full ones need root (CAP_SYS_PTRACE), access to
+ * /dev/userfaultfd, or vm.unprivileged_userfaultfd=1. */
+static int uffd_new(bool full) {
+  if (!full) return (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+  if (geteuid() == 0) return (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (dev < 0) return -1;
+  int fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+  close(dev);
   return fd;
+}
+
+/* The process's userfaultfd, with asynchronous write-protect (or -1): with UFFDIO_MOVE too
+ * and full when possible, so the agent can migrate pages (a page being committed is missing
+ * for a moment, and a read(2) into it must wait rather than fail), else for tracking only:
+ * in asynchronous mode the kernel resolves every write fault itself, its own included. */
+static int uffd_open(bool *move) {
+  const uint64_t track = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED;
+  const struct { bool full; uint64_t features; } tries[] = {
+      {true, track | UFFD_FEATURE_MOVE}, {false, track}};
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+    int fd = uffd_new(tries[i].full);
+    if (fd < 0) continue;
+    struct uffdio_api api = {.api = UFFD_API, .features = tries[i].features};
+    if (ioctl(fd, UFFDIO_API, &api) == 0) {
+      *move = tries[i].full;
+      return fd;
+    }
+    close(fd);
+  }
+  return -1;
+}
+
+int _strata_uffd(bool *move) {
+  *move = atomic_load(&state) == TRACK_ON && can_move;
+  return atomic_load(&state) == TRACK_ON ? uffd : -1;
 }
 
 void _strata_track_range(void *p, size_t len) { /* seg lock held */
@@ -96,7 +127,7 @@ uint32_t _strata_track_start(void) {
   pthread_mutex_lock(&_strata_seg_lock);
   int s = atomic_load(&state);
   if (s == TRACK_UNTRIED || s == TRACK_STALE) {
-    uffd = wp_async_open();
+    uffd = uffd_open(&can_move);
     atomic_store(&state, uffd >= 0 ? TRACK_ON : TRACK_OFF);
     if (uffd >= 0) track_registry();
     else _strata_message("strata: no asynchronous write-protect here (Linux 6.7+); a daemon cannot "
@@ -104,7 +135,7 @@ uint32_t _strata_track_start(void) {
   }
   bool on = atomic_load(&state) == TRACK_ON;
   pthread_mutex_unlock(&_strata_seg_lock);
-  return on ? STRATA_TRACKING_WP_ASYNC : 0;
+  return on ? STRATA_TRACKING_WP_ASYNC | (can_move ? STRATA_TRACKING_MOVE : 0) : 0;
 }
 
 void _strata_track_forget(void) { /* fork child, single-threaded */

@@ -168,7 +168,9 @@ fn guest_emulator_built_for_avx512_refuses_a_cpu_without_it() {
 // leaves a cold one alone, and says at the start and at the end where each buffer's pages are
 // (its own move_pages, not the daemon's counters) and whether every byte is as written. The
 // strata binary in the guest is /bin/strata (this one). The fast node is 512M: the daemon's
-// moves fill it, and the sizes below come from what is free on it when the test starts.
+// moves fill it, and the sizes below come from what is free on it when the test starts. Rounds
+// take a second or two under TCG (more when the host is busy), so the daemons run with
+// /tmp/quick.toml: Ambix moves a page after 3 scans instead of 10 (its unit tests hold the 10).
 
 /// libstrata.so, hot_writer and its rules, as --file arguments and guest paths.
 struct DaemonFiles {
@@ -202,7 +204,8 @@ fn daemon_guest(f: &DaemonFiles, script: &str) -> (i32, String) {
 fn daemon_guest_on(kernel: Option<&str>, f: &DaemonFiles, script: &str) -> (i32, String) {
     let script = format!(
         "FREE_MB=$(( $(awk '/MemFree/ {{print $4}}' /sys/devices/system/node/node0/meminfo) / 1024 ))\n\
-         W=\"env LD_PRELOAD={} STRATA_RULES={} {}\"\n{script}",
+         W=\"env LD_PRELOAD={} STRATA_RULES={} {}\"\n\
+         printf '[policy.ambix]\\nmin_scans = 3\\n' > /tmp/quick.toml\n{script}",
         f.lib, f.rules, f.writer
     );
     let mut args = vec!["--fast-mem", "512M", "--slow-mem", "1G"];
@@ -217,12 +220,14 @@ fn daemon_guest_on(kernel: Option<&str>, f: &DaemonFiles, script: &str) -> (i32,
 /// the fast node but for 20 MB, for 40 s under `strata daemon` (ambix, 500 ms rounds) with these
 /// trackers: the writer's output and its line in strata stats. (With room for everything Ambix
 /// promotes everything, seen or not: the fast node must be full for the trackers to matter.)
-fn read_only_hot_set(kernel: Option<&str>, trackers: &str) -> (String, serde_json::Value) {
+/// Ambix moves a page after `min_scans` scans: the writer's first writes (filling the buffers)
+/// lift the hot set's scores, and only 10 scans let them decay before a page may move.
+fn read_only_hot_set(kernel: Option<&str>, trackers: &str, min_scans: u32) -> (String, serde_json::Value) {
     let (code, out) = daemon_guest_on(
         kernel,
         &daemon_files(),
         &format!(
-            "printf '[daemon]\\ntrackers = [{trackers}]\\n' > /tmp/strata.toml\n\
+            "printf '[daemon]\\ntrackers = [{trackers}]\\n[policy.ambix]\\nmin_scans = {min_scans}\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 500 -q > /dev/null & D=$!\n\
              sleep 1; $W 64 40 $((FREE_MB - 20)) read > /tmp/w.out & W_PID=$!\n\
              sleep 20; strata stats --json > /tmp/s.json\n\
@@ -266,7 +271,7 @@ fn guest_daemon_promotes_a_hot_set_from_the_slow_node_and_demotes_a_cold_one_whe
     let (code, out) = daemon_guest(
         &daemon_files(),
         "$W 128 30 $((FREE_MB - 80)) > /tmp/w.out & W_PID=$!\n\
-         sleep 6; strata daemon --policy ambix --period-ms 300 -q --json > /tmp/d.json & D=$!\n\
+         sleep 6; strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q --json > /tmp/d.json & D=$!\n\
          sleep 20; strata stats --json > /tmp/s.json; echo stats=$?\n\
          wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
          echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
@@ -306,7 +311,7 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
     let (code, out) = daemon_guest(
         &daemon_files(),
         "H=$((FREE_MB * 55 / 100))\n\
-         strata daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+         strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
          sleep 1\n\
          STRATA_PRIORITY=low $W $H 40 > /tmp/low.out & L=$!\n\
          STRATA_PRIORITY=high $W $H 40 > /tmp/high.out & H_PID=$!\n\
@@ -341,10 +346,10 @@ fn guest_daemon_killed_mid_run_harms_no_program_and_a_restarted_daemon_takes_the
         &daemon_files(),
         "$W 64 40 > /tmp/w.out & W_PID=$!\n\
          sleep 100 & S=$!\n\
-         strata daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+         strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
          sleep 4; strata attach $S --priority low; echo attach=$?\n\
          sleep 3; kill -9 $D; wait $D; echo killed=$?\n\
-         strata daemon --policy ambix --period-ms 300 -q > /dev/null 2>/tmp/d2.err & D=$!\n\
+         strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null 2>/tmp/d2.err & D=$!\n\
          sleep 6; strata stats --json > /tmp/s.json\n\
          wait $W_PID; echo writer=$?; kill $D $S; wait $D; echo daemon=$?\n\
          echo W_PID=$W_PID S=$S\n\
@@ -440,7 +445,7 @@ fn guest_daemon_refuses_bad_configs_and_bad_channels_and_manages_the_other_proce
     // a process holding a region named like a channel, whose magic is not Strata's
     let (code, out) = daemon_guest(
         &daemon_files(),
-        "printf '[daemon]\\npolicy = \"ambix\"\\n[scanner]\\nperiod_ms = 300\\n' > /tmp/good.toml\n\
+        "printf '[daemon]\\npolicy = \"ambix\"\\n[scanner]\\nperiod_ms = 300\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/good.toml\n\
          printf '[daemon]\\npolicy = \"ambix\"\\n\\n[mover]\\nrate_mbs = 10\\n' > /tmp/bad.toml\n\
          strata --config /tmp/bad.toml daemon --rounds 1; echo bad_start=$?\n\
          sh -c 'exec 3<>/dev/shm/strata.$$; head -c 8192 /dev/zero >&3; rm /dev/shm/strata.$$; sleep 30' & F=$!\n\
@@ -480,7 +485,7 @@ fn guest_daemon_with_soft_dirty_does_not_see_a_hot_set_that_is_only_read() {
     if guest_available().is_none() {
         return;
     }
-    let (w, writer) = read_only_hot_set(None, "\"soft-dirty\"");
+    let (w, writer) = read_only_hot_set(None, "\"soft-dirty\"", 10);
     assert_eq!(writer["tracker"], "soft-dirty", "{writer}");
     let (h0, _, pages) = nodes_of(&w, "hot end", None);
     // (some of the cold buffer does go down: Ambix drains the fast node to its 5 % reserve)
@@ -495,7 +500,7 @@ fn guest612_daemon_with_damon_promotes_a_hot_set_that_is_only_read() {
     if guest_available().is_none() {
         return;
     }
-    let (w, writer) = read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"");
+    let (w, writer) = read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"", 3);
     assert_eq!(writer["tracker"], "damon-vaddr", "{writer}");
     // (in the guest, under TCG, the program, the daemon and DAMON's threads share two slow
     // CPUs: DAMON sees the reads in most windows, not all, and the swap takes tens of rounds)
@@ -517,7 +522,7 @@ fn guest612_daemon_with_pagemap_scan_promotes_a_written_hot_set() {
     let (code, out) = daemon_guest_on(
         Some("6.12"),
         &daemon_files(),
-        "printf '[daemon]\\ntrackers = [\"pagemap-scan\", \"soft-dirty\"]\\n' > /tmp/strata.toml\n\
+        "printf '[daemon]\\ntrackers = [\"pagemap-scan\", \"soft-dirty\"]\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
          strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
          sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
          sleep 12; strata stats --json > /tmp/s.json\n\
@@ -533,4 +538,35 @@ fn guest612_daemon_with_pagemap_scan_promotes_a_written_hot_set() {
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
     let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer").unwrap();
     assert_eq!(writer["tracker"], "pagemap-scan", "{writer}");
+}
+
+// Transactional migration (libstrata/agent/migrate.c) where the kernel has what it needs
+// (Debian's 6.12: UFFDIO_MOVE) and where it has not (Debian's 6.1), by the C test that stresses
+// it on the host's single node; only the guest has two tiers to move pages between.
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest612_transactional_moves_keep_shadows_and_lose_no_write_between_the_tiers() {
+    if guest_available().is_none() {
+        return;
+    }
+    let bin = vm_bin("test_migrate");
+    let b = bin.to_str().unwrap();
+    let (code, out) = run_in_guest(&["--kernel", "6.12", "--file", b, "--", b, "20"]);
+    assert!(out.contains("two tiers: fast node 0, slow node 1"), "{out}");
+    assert!(out.contains("test_migrate: ") && out.contains(" 0 failed"), "{out}");
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_transactional_migration_says_it_needs_linux_6_8_on_6_1() {
+    if guest_available().is_none() {
+        return;
+    }
+    let bin = vm_bin("test_migrate");
+    let b = bin.to_str().unwrap();
+    let (code, out) = run_in_guest(&["--file", b, "--", b, "20"]);
+    assert!(out.contains("test_migrate: skipped: no userfaultfd that can move pages here (Linux 6.8+"), "{out}");
+    assert_eq!(code, 0, "{out}");
 }

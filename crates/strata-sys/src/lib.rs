@@ -90,6 +90,12 @@ pub const STRATA_PRIORITY_HIGH: i32 = 10;
 pub const STRATA_PRIORITY_MIN: i32 = -1000;
 pub const STRATA_PRIORITY_MAX: i32 = 1000;
 pub const STRATA_TRACKING_WP_ASYNC: u32 = 1;
+pub const STRATA_TRACKING_MOVE: u32 = 2;
+pub const STRATA_AGENT_MAGIC: u32 = 0x5447_4153;
+pub const STRATA_AGENT_MAX_PAGES: usize = 512;
+pub const STRATA_AGENT_MOVE: u32 = 1;
+pub const STRATA_AGENT_DROP_SHADOWS: u32 = 2;
+pub const STRATA_AGENT_FORCE: u32 = 1;
 pub const STRATA_CONTEXT_FRAMES: usize = 16;
 pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
 pub const STRATA_DIRECTIVE_FAST: i32 = 1;
@@ -142,6 +148,37 @@ pub struct strata_object_t {
     pub len: u64,
     pub context: u32,
     pub next: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct strata_agent_request_t {
+    pub magic: u32,
+    pub op: u32,
+    pub node: i32,
+    pub count: u32,
+    pub attempts: u32,
+    pub flags: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct strata_agent_counters_t {
+    pub commits: u64,
+    pub aborts: u64,
+    pub shadow_demotions: u64,
+    pub shadows_stale: u64,
+    pub shadows_dropped: u64,
+    pub shadows: u64,
+    pub fallbacks: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct strata_agent_reply_t {
+    pub magic: u32,
+    pub count: u32,
+    pub counters: strata_agent_counters_t,
 }
 
 pub type strata_output_fn = unsafe extern "C" fn(text: *const c_char, arg: *mut c_void);
@@ -231,6 +268,15 @@ mod tests {
             STRATA_PRIORITY_MAX as usize,
             STRATA_TRACKING_WP_ASYNC as usize,
             STRATA_DAEMON_SOCKET_DEFAULT.len(),
+            size_of::<strata_agent_request_t>(),
+            offset_of!(strata_agent_request_t, attempts),
+            size_of::<strata_agent_counters_t>(),
+            offset_of!(strata_agent_counters_t, fallbacks),
+            size_of::<strata_agent_reply_t>(),
+            offset_of!(strata_agent_reply_t, counters),
+            STRATA_AGENT_MAGIC as usize,
+            STRATA_AGENT_MAX_PAGES,
+            STRATA_TRACKING_MOVE as usize,
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };

@@ -72,7 +72,7 @@ impl Default for SamplerConfig {
     }
 }
 
-/// The mover: at most `rate_mbps` on average and `max_bytes_per_round` a round.
+/// The mover: at most `rate_mbps` on average and `max_bytes_per_round` a round, by a mechanism.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MoverConfig {
@@ -81,11 +81,35 @@ pub struct MoverConfig {
     pub rate_mbps: f64,
     /// bytes a round at most
     pub max_bytes_per_round: u64,
+    /// how pages move: move_pages (the kernel's migration: the program's accesses to a page wait
+    /// while it is copied) or transactional (Nomad's: copied while in use, committed only if not
+    /// written meanwhile, a shadow kept so a clean page demotes without a copy; by the process's
+    /// agent, where it has one, else move_pages)
+    pub mechanism: Mechanism,
+    /// transactional: copies tried before a page is given up for the round
+    pub attempts: u32,
+    /// transactional: every agent drops its shadows when a slower node has less than this share
+    /// of it free (shadows never make an allocation fail)
+    pub shadow_reclaim_fraction: f64,
+}
+
+/// How the mover moves a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    MovePages,
+    Transactional,
 }
 
 impl Default for MoverConfig {
     fn default() -> MoverConfig {
-        MoverConfig { rate_mbps: 2048.0, max_bytes_per_round: 500 << 20 }
+        MoverConfig {
+            rate_mbps: 2048.0,
+            max_bytes_per_round: 500 << 20,
+            mechanism: Mechanism::MovePages,
+            attempts: 3,
+            shadow_reclaim_fraction: 0.05,
+        }
     }
 }
 
@@ -269,6 +293,14 @@ impl Config {
         if !(self.mover.rate_mbps > 0.0 && self.mover.rate_mbps.is_finite()) {
             let m = format!("mover.rate_mbps must be positive, not {}", self.mover.rate_mbps);
             return Err(Bad::new("mover", "rate_mbps", m));
+        }
+        if self.mover.attempts == 0 {
+            return Err(Bad::new("mover", "attempts", "mover.attempts must be at least 1".into()));
+        }
+        if !(0.0..1.0).contains(&self.mover.shadow_reclaim_fraction) {
+            let m =
+                format!("mover.shadow_reclaim_fraction must be in [0, 1), not {}", self.mover.shadow_reclaim_fraction);
+            return Err(Bad::new("mover", "shadow_reclaim_fraction", m));
         }
         if self.daemon.discovery_ms == 0 {
             return Err(Bad::new("daemon", "discovery_ms", "daemon.discovery_ms must be positive".into()));

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! {"op":"hello","pid":1234}                  a process under Strata made its channel (no reply)
+//! {"op":"hello","pid":1234,"agent":true}     ... and offers an agent -> {"agent":true|false};
+//!                                            kept, the connection carries the agent's requests
 //! {"op":"status"}                            -> {"ok":true,"status":{...}}
 //! {"op":"attach","pid":1234,"priority":10}   -> {"ok":true} or {"ok":false,"error":"..."}
 //! {"op":"detach","pid":1234}
@@ -17,6 +19,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +35,9 @@ use crate::Error;
 pub enum Request {
     Hello {
         pid: u32,
+        /// the process offers an agent (it can move its pages transactionally)
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        agent: bool,
     },
     Status {},
     Attach {
@@ -67,9 +73,20 @@ impl Reply {
 /// What the daemon's loop is asked to do; `reply` takes the outcome.
 pub enum Command {
     Hello(u32),
-    Attach { pid: u32, priority: Option<i32>, reply: Sender<Result<(), String>> },
-    Detach { pid: u32, reply: Sender<Result<(), String>> },
-    Reload { reply: Sender<Result<(), String>> },
+    /// a process's agent, on the connection it said hello on
+    Agent(u32, UnixStream),
+    Attach {
+        pid: u32,
+        priority: Option<i32>,
+        reply: Sender<Result<(), String>>,
+    },
+    Detach {
+        pid: u32,
+        reply: Sender<Result<(), String>>,
+    },
+    Reload {
+        reply: Sender<Result<(), String>>,
+    },
 }
 
 /// The listening socket; removed when dropped.
@@ -128,6 +145,7 @@ impl Server {
         group: Option<&str>,
         commands: Sender<Command>,
         status: Arc<Mutex<Option<DaemonStatus>>>,
+        wants_agents: Arc<AtomicBool>,
     ) -> Result<Server, Error> {
         let fail =
             |what: &str, e: std::io::Error| Error::Machine(format!("control socket {}: {what}: {e}", path.display()));
@@ -151,11 +169,11 @@ impl Server {
             .name("stratad-control".into())
             .spawn(move || {
                 for stream in listener.incoming().flatten() {
-                    let (commands, status) = (commands.clone(), Arc::clone(&status));
+                    let (commands, status, agents) = (commands.clone(), Arc::clone(&status), Arc::clone(&wants_agents));
                     // a thread a connection: a slow client holds up no one else
                     let _ = std::thread::Builder::new()
                         .name("stratad-client".into())
-                        .spawn(move || serve(stream, gid, &commands, &status));
+                        .spawn(move || serve(stream, gid, &commands, &status, &agents));
                 }
             })
             .map_err(|e| fail("its thread", e))?;
@@ -163,19 +181,39 @@ impl Server {
     }
 }
 
-/// Answer one connection's requests until it closes.
-fn serve(stream: UnixStream, group: Option<u32>, commands: &Sender<Command>, status: &Mutex<Option<DaemonStatus>>) {
+/// Answer one connection's requests until it closes (or becomes an agent's).
+fn serve(
+    stream: UnixStream,
+    group: Option<u32>,
+    commands: &Sender<Command>,
+    status: &Mutex<Option<DaemonStatus>>,
+    wants_agents: &AtomicBool,
+) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let Ok(mut out) = stream.try_clone() else { return };
-    let privileged = peer(&stream).is_some_and(|(uid, gids)| uid == 0 || group.is_some_and(|g| gids.contains(&g)));
-    for line in BufReader::new(stream).lines() {
-        let Ok(line) = line else { return };
+    let peer = peer(&stream);
+    let privileged = peer.as_ref().is_some_and(|(uid, gids)| *uid == 0 || group.is_some_and(|g| gids.contains(&g)));
+    let mut lines = BufReader::new(stream).lines();
+    while let Some(Ok(line)) = lines.next() {
         if line.trim().is_empty() {
             continue;
         }
         let reply = match serde_json::from_str::<Request>(&line) {
             Err(e) => Reply::done(Err(format!("bad request: {e}"))),
-            Ok(Request::Hello { pid }) => {
+            Ok(Request::Hello { pid, agent: false }) => {
+                let _ = commands.send(Command::Hello(pid));
+                continue;
+            }
+            Ok(Request::Hello { pid, agent: true }) => {
+                // an agent is the process's own: only the process (or root) may hand it over
+                let own = peer.as_ref().is_some_and(|(uid, _)| *uid == 0 || crate::linux::owner(pid) == Some(*uid));
+                let want = own && wants_agents.load(Ordering::Relaxed);
+                let _ = out.write_all(if want { b"{\"agent\":true}\n" } else { b"{\"agent\":false}\n" });
+                if want {
+                    let _ = out.set_read_timeout(None);
+                    let _ = commands.send(Command::Agent(pid, out));
+                    return;
+                }
                 let _ = commands.send(Command::Hello(pid));
                 continue;
             }
@@ -229,7 +267,9 @@ mod tests {
     #[test]
     fn requests_read_as_documented_and_anything_else_is_refused() {
         let r: Request = serde_json::from_str(r#"{"op":"hello","pid":12}"#).unwrap();
-        assert_eq!(r, Request::Hello { pid: 12 });
+        assert_eq!(r, Request::Hello { pid: 12, agent: false });
+        let r: Request = serde_json::from_str(r#"{"op":"hello","pid":12,"agent":true}"#).unwrap();
+        assert_eq!(r, Request::Hello { pid: 12, agent: true });
         let r: Request = serde_json::from_str(r#"{"op":"attach","pid":7,"priority":-10}"#).unwrap();
         assert_eq!(r, Request::Attach { pid: 7, priority: Some(-10) });
         assert_eq!(
@@ -247,7 +287,7 @@ mod tests {
         let path = dir.join("sock");
         let (tx, rx) = mpsc::channel();
         let status = Arc::new(Mutex::new(None));
-        let server = Server::start(&path, None, tx, Arc::clone(&status)).unwrap();
+        let server = Server::start(&path, None, tx, Arc::clone(&status), Arc::new(AtomicBool::new(false))).unwrap();
         let r = request(&path, &Request::Status {}).unwrap();
         assert!(!r.ok && r.error.unwrap().contains("first round"));
         *status.lock().unwrap() = Some(DaemonStatus::default());
@@ -275,7 +315,9 @@ mod tests {
         assert!(lines.next().unwrap().unwrap().contains("bad request"));
         assert!(lines.next().unwrap().unwrap().contains("\"ok\":true"));
         let (tx2, _rx2) = mpsc::channel();
-        let e = Server::start(&path, None, tx2, Arc::new(Mutex::new(None))).err().unwrap();
+        let e = Server::start(&path, None, tx2, Arc::new(Mutex::new(None)), Arc::new(AtomicBool::new(false)))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("another daemon"), "{e}");
         drop(server);
         assert!(!path.exists(), "the socket goes with the server");

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Mechanism;
 use crate::control::{Command, Server};
 use crate::linux::Linux;
 use crate::status::{DaemonProcess, DaemonStatus};
@@ -136,6 +137,8 @@ struct Daemon {
     trackers: Vec<crate::probe::Tracker>,
     /// the status the control socket answers with
     shared: Arc<Mutex<Option<DaemonStatus>>>,
+    /// whether hellos that offer an agent are taken (the mover is transactional)
+    wants_agents: Arc<AtomicBool>,
 }
 
 impl Daemon {
@@ -188,12 +191,15 @@ impl Daemon {
             let discovery = Duration::from_millis(cfg.daemon.discovery_ms);
             let reserve = cfg.daemon.node_reserve_fraction;
             let (trackers, damon_max) = (cfg.trackers(), cfg.daemon.damon_max_processes);
+            let mover = cfg.mover.clone();
             let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
             let socket_changed = cfg.daemon.socket != self.engine.config().daemon.socket
                 || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
             self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
             self.machine.set_discovery(discovery);
             self.machine.set_reserve_fraction(reserve);
+            self.wants_agents.store(mover.mechanism == Mechanism::Transactional, Ordering::Relaxed);
+            self.machine.set_mover(mover);
             if let Some(why) = self.machine.set_trackers(&trackers, damon_max, round) {
                 eprintln!("strata daemon: DAMON is not used: {why}");
             }
@@ -216,6 +222,7 @@ impl Daemon {
     fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Hello(pid) => self.machine.hello(pid),
+            Command::Agent(pid, stream) => self.machine.adopt_agent(pid, stream),
             Command::Attach { pid, priority, reply } => {
                 let r = self.machine.attach(pid, priority);
                 if r.is_ok() {
@@ -258,6 +265,7 @@ pub fn run(
     let mut machine = Linux::new();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
     machine.set_reserve_fraction(cfg.daemon.node_reserve_fraction);
+    machine.set_mover(cfg.mover.clone());
     // (a kernel without DAMON is the usual case: the probe in the status says why)
     let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
     let _ = machine.set_trackers(&cfg.trackers(), cfg.daemon.damon_max_processes, round);
@@ -265,7 +273,14 @@ pub fn run(
     let shared = Arc::new(Mutex::new(None));
     let (tx, rx) = mpsc::channel();
     let daemon_cfg = engine.config().daemon.clone();
-    let _server = Server::start(&daemon_cfg.socket, daemon_cfg.socket_group.as_deref(), tx, Arc::clone(&shared))?;
+    let wants_agents = Arc::new(AtomicBool::new(engine.config().mover.mechanism == Mechanism::Transactional));
+    let _server = Server::start(
+        &daemon_cfg.socket,
+        daemon_cfg.socket_group.as_deref(),
+        tx,
+        Arc::clone(&shared),
+        Arc::clone(&wants_agents),
+    )?;
     let mut d = Daemon {
         attached_file: daemon_cfg.socket.with_file_name("attached.json"),
         options,
@@ -277,12 +292,14 @@ pub fn run(
         last_reload: None,
         trackers: crate::probe::probe(),
         shared,
+        wants_agents,
     };
     restore_attachments(&d.attached_file, &mut d.machine);
     let mut done = 0u64;
     while !stop.load(Ordering::Relaxed) && d.options.rounds.is_none_or(|r| done < r) {
         let start = Instant::now();
         d.machine.discover();
+        d.machine.reclaim_shadows();
         d.engine.tick(&mut d.machine);
         done += 1;
         d.migration_rate_mbps = d.rate.mbps(Instant::now(), d.engine.stats().migrated_bytes);

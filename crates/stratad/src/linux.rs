@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Directive, Node, NodeObs, ObjectObs, PageObs, Tier};
 
+use crate::agent::{Agent, AgentCounters};
 use crate::channel::{Channel, ChannelError};
+use crate::config::{Mechanism, MoverConfig};
 use crate::machine::{move_statuses, Machine, MoveStatus, ProcessObs, Refusal};
 use crate::pagemap::{self, Frames};
 
@@ -97,6 +99,8 @@ struct Proc {
     nodes_last: Vec<(u64, Node)>,
     nodes_now: Vec<(u64, Node)>,
     nodes_at: usize,
+    /// its agent, when it offered one and the daemon kept it (transactional moves)
+    agent: Option<Agent>,
 }
 
 impl Proc {
@@ -113,6 +117,7 @@ impl Proc {
             nodes_last: Vec::new(),
             nodes_now: Vec::new(),
             nodes_at: 0,
+            agent: None,
         }
     }
 }
@@ -132,6 +137,8 @@ pub struct Managed {
     pub tracked_pages: Option<u64>,
     /// why its tracker failed in the last round, if it did
     pub tracker_error: Option<String>,
+    /// what its agent did, when it has one (transactional moves)
+    pub agent: Option<AgentCounters>,
 }
 
 pub struct Linux {
@@ -161,6 +168,8 @@ pub struct Linux {
     damon_max: usize,
     damon_aggr_us: u64,
     damon_regions: BTreeMap<u32, Vec<crate::damon::Region>>,
+    /// how pages move (the daemon's mover configuration)
+    mover: MoverConfig,
 }
 
 /// move_pages(2) on another process; `nodes` None only asks where the pages are.
@@ -193,6 +202,12 @@ pub(crate) fn identity(pid: u32) -> Option<(u64, String)> {
     let command = head.split_once('(')?.1.to_string();
     let start = rest.split_whitespace().nth(19)?.parse().ok()?;
     Some((start, command))
+}
+
+/// The uid that owns a process.
+pub(crate) fn owner(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
 /// The private anonymous writable mappings of a process, [start, end), in address order.
@@ -318,6 +333,39 @@ impl Linux {
             damon_max: 0,
             damon_aggr_us: 100_000,
             damon_regions: BTreeMap::new(),
+            mover: MoverConfig::default(),
+        }
+    }
+
+    /// Move pages by this mechanism from now on.
+    pub fn set_mover(&mut self, mover: MoverConfig) {
+        self.mover = mover;
+    }
+
+    /// A process's agent, kept from its hello: its transactional moves go through it.
+    pub fn adopt_agent(&mut self, pid: u32, stream: std::os::unix::net::UnixStream) {
+        self.hello(pid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.agent = Some(Agent::new(stream));
+        }
+    }
+
+    /// When a slower node is short of free memory, every agent drops its shadows (they are
+    /// copies of pages promoted from there: nothing is lost, and nothing fails for them).
+    pub fn reclaim_shadows(&mut self) {
+        let short = self.nodes().iter().any(|n| {
+            n.tier > 0 && (n.free_bytes as f64) < n.capacity_bytes as f64 * self.mover.shadow_reclaim_fraction
+        });
+        if !short {
+            return;
+        }
+        for p in self.procs.values_mut() {
+            if p.agent.as_ref().is_some_and(|a| a.counters.shadows > 0) {
+                let gone = p.agent.as_mut().is_some_and(|a| a.drop_shadows(0).is_err());
+                if gone {
+                    p.agent = None;
+                }
+            }
         }
     }
 
@@ -490,6 +538,7 @@ impl Linux {
                 tracker: self.tracker(pid),
                 tracked_pages: p.tiers_last.as_ref().map(|t| t.iter().sum::<u64>() / PAGE),
                 tracker_error: p.scan_error.clone(),
+                agent: p.agent.as_ref().map(|a| a.counters),
             })
             .collect()
     }
@@ -746,11 +795,30 @@ impl Machine for Linux {
         self.nodes_of(pid, pages)
     }
 
+    /// By the process's agent when the mechanism is transactional and it has one (an agent
+    /// that stops answering is forgotten, and the pages go by move_pages), else move_pages(2).
     fn move_pages(&mut self, pid: u32, pages: &[u64], to: Node) -> Vec<MoveStatus> {
-        let nodes = vec![to as libc::c_int; pages.len()];
-        let status = match move_pages(pid, pages, Some(&nodes)) {
-            Ok(status) => move_statuses(&status, to),
-            Err(e) => vec![Err(Refusal::from_errno(e)); pages.len()],
+        let (mechanism, attempts) = (self.mover.mechanism, self.mover.attempts);
+        let by_agent = self.procs.get_mut(&pid).and_then(|p| match (&mut p.agent, mechanism) {
+            (Some(a), Mechanism::Transactional) => match a.move_pages(pages, to, attempts, false) {
+                Ok(st) => Some(st),
+                Err(e) => {
+                    eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); moving by move_pages");
+                    p.agent = None;
+                    None
+                }
+            },
+            _ => None,
+        });
+        let status = match by_agent {
+            Some(st) => move_statuses(&st, to),
+            None => {
+                let nodes = vec![to as libc::c_int; pages.len()];
+                match move_pages(pid, pages, Some(&nodes)) {
+                    Ok(status) => move_statuses(&status, to),
+                    Err(e) => vec![Err(Refusal::from_errno(e)); pages.len()],
+                }
+            }
         };
         self.moved(pid, pages, &status, to);
         status
@@ -892,18 +960,32 @@ mod tests {
         let mut m = Linux::new();
         let tracked = until(&mut m, pid, |m| m.tracker(pid) == Tracker::PagemapScan);
         m.nodes();
-        // two full scans: every present page of Strata's memory, then none written since
-        let mut first = Vec::new();
-        while !m.scan(1 << 20, &mut first) {}
-        let mut second = Vec::new();
-        while !m.scan(64, &mut second) {} // in small steps: the cursor carries on
+        let mine = |v: &Vec<PageObs>| v.iter().filter(|p| p.pid == pid).cloned().collect::<Vec<_>>();
+        let full_scan = |m: &mut Linux, step: u64| {
+            let mut v = Vec::new();
+            while !m.scan(step, &mut v) {}
+            mine(&v)
+        };
+        // full scans: every present page of Strata's memory, until the shell has built its
+        // string and sleeps (the same pages twice); then one in small steps (the cursor carries
+        // on), which finds none written since
+        let first = full_scan(&mut m, 1 << 20);
+        let mut settled = first.clone();
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(100));
+            let again = full_scan(&mut m, 1 << 20);
+            if again.len() == settled.len() {
+                break;
+            }
+            settled = again;
+        }
+        let second = full_scan(&mut m, 64);
         let _ = child.kill();
         let _ = child.wait();
         assert!(tracked, "tracker {:?}", m.tracker(pid));
-        let mine = |v: &Vec<PageObs>| v.iter().filter(|p| p.pid == pid).cloned().collect::<Vec<_>>();
-        let (first, second) = (mine(&first), mine(&second));
-        assert!(first.len() >= 16, "the shell's 64 KiB and more: {} pages", first.len());
+        assert!(settled.len() >= 16, "the shell's 64 KiB and more: {} pages", settled.len());
         assert!(first.iter().any(|p| p.dirty), "its pages were written before the first scan");
+        let first = settled;
         assert_eq!(second.len(), first.len(), "the same pages, present still");
         assert!(second.iter().all(|p| !p.dirty), "a sleeping shell writes nothing");
     }

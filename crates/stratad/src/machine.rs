@@ -14,6 +14,8 @@ pub enum Refusal {
     Budget,
     /// the machine cannot do this action (e.g. directives without a channel)
     Unsupported,
+    /// a transactional move gave up: the page was written while copied on every attempt
+    Aborted,
     /// any other errno
     Other(i32),
 }
@@ -27,6 +29,7 @@ impl Refusal {
             Refusal::BadTier => "bad_tier".into(),
             Refusal::Budget => "budget".into(),
             Refusal::Unsupported => "unsupported".into(),
+            Refusal::Aborted => "aborted".into(),
             Refusal::Other(e) => format!("errno_{e}"),
         }
     }
@@ -39,6 +42,7 @@ impl Refusal {
             libc::ENOMEM => Refusal::NoRoom,
             libc::ENOENT | libc::EFAULT | libc::ESRCH => Refusal::Gone,
             libc::ENODEV => Refusal::BadTier,
+            libc::EAGAIN => Refusal::Aborted,
             e => Refusal::Other(e),
         }
     }

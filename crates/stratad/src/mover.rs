@@ -268,7 +268,8 @@ mod tests {
         // room for 2 pages a round; process 1 (low) and 2 (high) each want 2 pages promoted,
         // and each offers 2 pages for demotion
         let mut m = Fake::two([100, 100], vec![1; 8]);
-        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut mover =
+            Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096, ..MoverConfig::default() });
         let mut stats = Stats::default();
         let prio = BTreeMap::from([(1, -10), (2, 10)]);
         let up = |pid, addr: u64| Action::Move { pid, addr: addr * 4096, len: 2 * 4096, to: 0, priority: 0 };
@@ -278,7 +279,8 @@ mod tests {
         m.node[0] = 0;
         m.node[1] = 0;
         let down = |pid, addr: u64| Action::Move { pid, addr: addr * 4096, len: 2 * 4096, to: 1, priority: 0 };
-        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut mover =
+            Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096, ..MoverConfig::default() });
         let mut stats = Stats::default();
         mover.apply(0, vec![down(2, 2), down(1, 0)], &mut m, &mut stats, &prio);
         assert_eq!((stats.processes[&1].demoted_pages, stats.processes.get(&2).map(|p| p.demoted_pages)), (2, None));
@@ -291,7 +293,8 @@ mod tests {
     #[test]
     fn a_move_beyond_the_tiers_capacity_is_refused_and_counted() {
         let mut m = Fake::two([10, 100], vec![1; 50]);
-        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 1 << 30 });
+        let mut mover =
+            Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 1 << 30, ..MoverConfig::default() });
         let mut stats = Stats::default();
         mover.apply_all(0, vec![promote(0, 30), promote(60, 2)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 10);
@@ -304,7 +307,8 @@ mod tests {
     fn pages_already_in_place_spend_no_budget() {
         // an object of 8 pages, 6 of them in the fast tier already, and a budget of 2 pages
         let mut m = Fake::two([100, 100], vec![0, 0, 0, 1, 0, 0, 0, 1]);
-        let mut mover = Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096 });
+        let mut mover =
+            Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096, ..MoverConfig::default() });
         let mut stats = Stats::default();
         mover.apply_all(0, vec![promote(0, 8)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 2);
@@ -316,7 +320,11 @@ mod tests {
     fn the_rate_limit_and_the_round_cap_hold() {
         let mut m = Fake::two([1000, 1000], vec![1; 500]);
         // 4 pages a round at most; 1 page's worth of tokens a millisecond
-        let mut mover = Mover::new(MoverConfig { rate_mbps: 4096.0 / 1e3, max_bytes_per_round: 4 * 4096 });
+        let mut mover = Mover::new(MoverConfig {
+            rate_mbps: 4096.0 / 1e3,
+            max_bytes_per_round: 4 * 4096,
+            ..MoverConfig::default()
+        });
         let mut stats = Stats::default();
         mover.apply_all(0, vec![promote(0, 100)], &mut m, &mut stats);
         assert_eq!(stats.promoted_pages, 4, "the cap of the first round");

@@ -1,0 +1,202 @@
+//! A process's agent, as the daemon talks to it: the connection a process under Strata offered
+//! in its hello and the daemon kept (include/strata_channel.h, libstrata/agent/). Requests and
+//! replies are the header's fixed layouts, in this machine's byte order; a reply's statuses are
+//! move_pages(2)'s (the node a page is on, or minus an errno; -EAGAIN: written while copied on
+//! every attempt).
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use strata_sys::{
+    strata_agent_counters_t, strata_agent_reply_t, strata_agent_request_t, STRATA_AGENT_DROP_SHADOWS,
+    STRATA_AGENT_FORCE, STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_AGENT_MOVE,
+};
+
+/// What an agent has done since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentCounters {
+    /// pages moved by a copy that committed
+    pub commits: u64,
+    /// copies abandoned because the page was written while copied
+    pub aborts: u64,
+    /// demotions by remapping a valid shadow: no copy
+    pub shadow_demotions: u64,
+    /// shadows found written over at demotion, dropped
+    pub shadows_stale: u64,
+    /// shadows dropped on request (reclaimed)
+    pub shadows_dropped: u64,
+    /// shadow copies held now
+    pub shadows: u64,
+    /// pages moved by move_pages(2) instead (memory that is not Strata's)
+    pub fallbacks: u64,
+}
+
+impl From<strata_agent_counters_t> for AgentCounters {
+    fn from(c: strata_agent_counters_t) -> AgentCounters {
+        AgentCounters {
+            commits: c.commits,
+            aborts: c.aborts,
+            shadow_demotions: c.shadow_demotions,
+            shadows_stale: c.shadows_stale,
+            shadows_dropped: c.shadows_dropped,
+            shadows: c.shadows,
+            fallbacks: c.fallbacks,
+        }
+    }
+}
+
+pub struct Agent {
+    stream: UnixStream,
+    pub counters: AgentCounters,
+}
+
+/// The bytes of a plain struct (repr(C), no padding read back).
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a repr(C) struct of integers; its bytes are initialized
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+impl Agent {
+    pub fn new(stream: UnixStream) -> Agent {
+        // a wedged agent must not hold the daemon's round forever
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+        Agent { stream, counters: AgentCounters::default() }
+    }
+
+    fn request(&mut self, r: strata_agent_request_t, pages: &[u64]) -> std::io::Result<strata_agent_reply_t> {
+        let mut msg = bytes_of(&r).to_vec();
+        for p in pages {
+            msg.extend_from_slice(&p.to_ne_bytes());
+        }
+        self.stream.write_all(&msg)?;
+        let mut rep = strata_agent_reply_t::default();
+        // SAFETY: the reply is a repr(C) struct of integers; any bytes are a valid value
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(
+                &mut rep as *mut strata_agent_reply_t as *mut u8,
+                std::mem::size_of_val(&rep),
+            )
+        };
+        self.stream.read_exact(buf)?;
+        if rep.magic != STRATA_AGENT_MAGIC {
+            return Err(std::io::Error::other("the agent's reply has a bad magic"));
+        }
+        self.counters = rep.counters.into();
+        Ok(rep)
+    }
+
+    /// Move `pages` to `node`, `attempts` copies each at most (`force`: pages already there
+    /// too); one status a page.
+    pub fn move_pages(&mut self, pages: &[u64], node: u8, attempts: u32, force: bool) -> std::io::Result<Vec<i32>> {
+        let mut out = Vec::with_capacity(pages.len());
+        for chunk in pages.chunks(STRATA_AGENT_MAX_PAGES) {
+            let r = strata_agent_request_t {
+                magic: STRATA_AGENT_MAGIC,
+                op: STRATA_AGENT_MOVE,
+                node: node.into(),
+                count: chunk.len() as u32,
+                attempts,
+                flags: if force { STRATA_AGENT_FORCE } else { 0 },
+            };
+            let rep = self.request(r, chunk)?;
+            if rep.count as usize != chunk.len() {
+                return Err(std::io::Error::other("the agent answered for another number of pages"));
+            }
+            let mut st = vec![0u8; chunk.len() * 4];
+            self.stream.read_exact(&mut st)?;
+            out.extend(st.chunks_exact(4).map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes"))));
+        }
+        Ok(out)
+    }
+
+    /// Drop `max` shadows (0: all); how many were.
+    pub fn drop_shadows(&mut self, max: u32) -> std::io::Result<u32> {
+        let r = strata_agent_request_t {
+            magic: STRATA_AGENT_MAGIC,
+            op: STRATA_AGENT_DROP_SHADOWS,
+            count: max,
+            ..Default::default()
+        };
+        Ok(self.request(r, &[])?.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::os::unix::net::UnixListener;
+    use std::process::{Command, Stdio};
+
+    /// A program under Strata offers its agent to a "daemon" (this test), which moves every page
+    /// of the buffer the program keeps writing, five times over (forced: one node here); pages
+    /// written while copied abort, and the program's own check of every byte at the end passes.
+    #[test]
+    fn an_agent_moves_a_written_buffer_transactionally_and_nothing_is_lost() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let (lib, writer) = (root.join("build/libstrata.so"), root.join("build/preload/hot_writer"));
+        assert!(lib.exists() && writer.exists(), "run `make lib build/preload/hot_writer` first");
+        let dir = std::env::temp_dir().join(format!("strata-agent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let mut child = Command::new(&writer)
+            .args(["8", "4"])
+            .env("LD_PRELOAD", &lib)
+            .env("STRATA_DAEMON_SOCKET", &sock)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let mut hello = String::new();
+        std::io::BufReader::new(stream.try_clone().unwrap()).read_line(&mut hello).unwrap();
+        if !hello.contains("\"agent\":true") {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("skipped: this process offers no agent here (Linux 6.8+ and a full userfaultfd needed): {hello}");
+            return;
+        }
+        (&stream).write_all(b"{\"agent\":true}\n").unwrap();
+        let pid = child.id();
+        // once it says where its buffer is, every page of it is there
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert!(first.starts_with("hot start"), "{first}");
+        // the buffer: the largest tracked object
+        let mut objects = Vec::new();
+        for _ in 0..100 {
+            objects.clear();
+            if let Ok(c) = crate::channel::Channel::open(pid) {
+                c.objects(&mut objects);
+            }
+            if objects.iter().any(|o| o.len >= 8 << 20) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let o = objects.iter().max_by_key(|o| o.len).copied().expect("the buffer is tracked");
+        // (the object is the usable size of its mapping, whole 4 MiB chunks; the buffer is 8 MiB)
+        let pages: Vec<u64> = (o.addr..o.addr + (8 << 20)).step_by(4096).collect();
+        let mut a = Agent::new(stream);
+        let mut moved = 0;
+        for _ in 0..5 {
+            let st = a.move_pages(&pages, 0, 3, true).unwrap();
+            assert_eq!(st.len(), pages.len());
+            let odd: std::collections::BTreeSet<i32> =
+                st.iter().copied().filter(|&s| s != 0 && s != -libc::EAGAIN).collect();
+            assert!(odd.is_empty(), "statuses other than moved and aborted: {odd:?}");
+            moved += st.iter().filter(|&&s| s == 0).count();
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+        let status = child.wait().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(status.success() && text.contains("verified"), "{text}");
+        // the program writes every page of it many times a millisecond: most copies abort
+        assert!(moved > 0 && a.counters.commits == moved as u64 && a.counters.aborts > 0, "{moved} {:?}", a.counters);
+    }
+}

@@ -1,0 +1,393 @@
+/* migrate.c: transactional page migration with shadow copies, in user space (Nomad, seed 004,
+ * without a kernel patch), for Strata's own memory.
+ *
+ * Moving page p to node N by copy:
+ *   1. the copy, while p stays mapped and in use: a staging page is faulted in on N (this
+ *      thread's preferred node) and p's bytes are copied into it (process_vm_readv, so a page
+ *      unmapped meanwhile is an error, not a crash);
+ *   2. p's range is registered for missing-page faults, and p's page is moved out to its shadow
+ *      slot (UFFDIO_MOVE: atomic; from here on an access to p waits for this thread);
+ *   3. the old page and the copy are compared: equal, the copy is moved in at p (commit); not
+ *      equal, p was written after the copy and the old page goes back (abort, tried again
+ *      later, up to the request's attempts);
+ *   4. p's range goes back to write-protect tracking only.
+ * Comparing after the atomic move-out is what makes it safe: every write to p, by the program,
+ * by the kernel on its behalf or by a device, either reached the old page before the move (and
+ * shows in the comparison) or waits at p for the commit, and pages the kernel or a device holds
+ * pinned (O_DIRECT in flight, io_uring fixed buffers) are refused by UFFDIO_MOVE itself (EBUSY)
+ * and never move this way. p is missing only between steps 2 and 3: two ioctls and a compare.
+ *
+ * Shadows: after a promotion the old page stays in its shadow slot, and p is write-protected
+ * (asynchronous mode: its first write clears the mark without a fault delivered anywhere). A
+ * demotion of p back to the shadow's node, when p reads as not written, moves p's page out to a
+ * staging slot, compares it with the shadow, and moves the shadow in: no copy, no write to the
+ * slow tier. A shadow found different (p was written; the mark can also be cleared by a daemon's
+ * scan) is dropped and the page copied instead; the agent also sweeps its shadows every second
+ * and drops those of pages written since (_strata_shadows_sweep). Shadows are dropped on request, all of them
+ * when a daemon sees the slow tier short, so they never make an allocation fail.
+ *
+ * Everything here runs on the agent's thread (agent.c), which also answers the missing-page
+ * faults of step 2 once the request is done. It takes none of the allocator's locks. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* from newer uapi headers than Debian 12's */
+#ifndef UFFDIO_MOVE
+struct uffdio_move {
+  __u64 dst, src, len, mode;
+  __s64 move;
+};
+#define UFFDIO_MOVE _IOWR(UFFDIO, 0x05, struct uffdio_move)
+#endif
+#define PM_SCAN_PAGE_IS_WRITTEN (1 << 1)
+struct pm_region { uint64_t start, end, categories; };
+struct pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+#define MPOL_DEFAULT 0
+#define MPOL_PREFERRED 1
+
+#define SHADOW_SLOTS ((size_t)1 << 20)        /* 4 GiB of shadows at most */
+#define SHADOW_TABLE (SHADOW_SLOTS * 2)        /* open addressing, half full at most */
+
+typedef struct shadow_s {
+  uint64_t page; /* 0: empty, 1: deleted */
+  uint32_t slot;
+  int32_t node;  /* where the shadow page is */
+} shadow_t;
+
+static int uffd = -1;
+static int pagemap = -1;
+static char *staging;                 /* STRATA_AGENT_MAX_PAGES pages */
+static char *shadows;                 /* SHADOW_SLOTS pages, reserved */
+static shadow_t *table;               /* SHADOW_TABLE entries */
+static uint32_t *free_slots;          /* a stack of free slot numbers */
+static uint64_t *sweep_pages;         /* SHADOW_SLOTS entries: the sweep's sorted page list */
+static size_t nfree;
+static strata_agent_counters_t counters;
+
+static bool registered(void *p, size_t len, uint64_t mode) {
+  struct uffdio_register r = {.range = {(uintptr_t)p, len}, .mode = mode};
+  return ioctl(uffd, UFFDIO_REGISTER, &r) == 0;
+}
+
+static void *reserve(size_t bytes, bool wp) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  /* slots are destinations of UFFDIO_MOVE, which must be this userfaultfd's (write-protect
+   * mode only: the agent faults its own staging pages in, a missing-page mode would wait on
+   * itself) */
+  if (wp && !registered(p, bytes, UFFDIO_REGISTER_MODE_WP)) {
+    munmap(p, bytes);
+    return NULL;
+  }
+  return p;
+}
+
+int _strata_migrate_init(int fd) {
+  uffd = fd;
+  pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  staging = reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
+  shadows = reserve(SHADOW_SLOTS * PAGE_SIZE, true);
+  table = reserve(SHADOW_TABLE * sizeof *table, false);
+  free_slots = reserve(SHADOW_SLOTS * sizeof *free_slots, false);
+  sweep_pages = reserve(SHADOW_SLOTS * sizeof *sweep_pages, false);
+  if (pagemap < 0 || !staging || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
+  for (size_t i = 0; i < SHADOW_SLOTS; i++) free_slots[i] = (uint32_t)(SHADOW_SLOTS - 1 - i);
+  nfree = SHADOW_SLOTS;
+  return 0;
+}
+
+void _strata_migrate_forget(void) { /* fork child: none of it is the child's */
+  if (staging) munmap(staging, STRATA_AGENT_MAX_PAGES * PAGE_SIZE);
+  if (shadows) munmap(shadows, SHADOW_SLOTS * PAGE_SIZE);
+  if (table) munmap(table, SHADOW_TABLE * sizeof *table);
+  if (free_slots) munmap(free_slots, SHADOW_SLOTS * sizeof *free_slots);
+  if (sweep_pages) munmap(sweep_pages, SHADOW_SLOTS * sizeof *sweep_pages);
+  if (pagemap >= 0) close(pagemap);
+  staging = shadows = NULL;
+  table = NULL;
+  free_slots = NULL;
+  sweep_pages = NULL;
+  pagemap = uffd = -1;
+  memset(&counters, 0, sizeof counters);
+}
+
+const strata_agent_counters_t *_strata_migrate_counters(void) { return &counters; }
+
+/* ---- the shadow table: page -> slot -------------------------------------------------------- */
+
+static size_t hash(uint64_t page) { return (size_t)((page >> PAGE_SHIFT) * 0x9E3779B97F4A7C15ull >> 20) % SHADOW_TABLE; }
+
+static shadow_t *shadow_find(uint64_t page) {
+  for (size_t i = hash(page), k = 0; k < SHADOW_TABLE; i = (i + 1) % SHADOW_TABLE, k++) {
+    if (table[i].page == page) return &table[i];
+    if (table[i].page == 0) return NULL;
+  }
+  return NULL;
+}
+
+static char *slot_addr(uint32_t slot) { return shadows + (size_t)slot * PAGE_SIZE; }
+
+/* A free slot entry for page, or NULL when every slot is taken. */
+static shadow_t *shadow_new(uint64_t page, int node) {
+  if (nfree == 0) return NULL;
+  for (size_t i = hash(page), k = 0; k < SHADOW_TABLE; i = (i + 1) % SHADOW_TABLE, k++) {
+    if (table[i].page > 1) continue;
+    table[i] = (shadow_t){.page = page, .slot = free_slots[--nfree], .node = node};
+    return &table[i];
+  }
+  return NULL;
+}
+
+/* Forget a shadow; its page is freed. */
+static void shadow_drop(shadow_t *s) {
+  madvise(slot_addr(s->slot), PAGE_SIZE, MADV_DONTNEED);
+  free_slots[nfree++] = s->slot;
+  s->page = 1; /* deleted: probes go on past it */
+}
+
+size_t _strata_shadows_drop(size_t max) {
+  size_t dropped = 0;
+  for (size_t i = 0; i < SHADOW_TABLE && (max == 0 || dropped < max); i++) {
+    if (table[i].page <= 1) continue;
+    shadow_drop(&table[i]);
+    dropped++;
+  }
+  counters.shadows_dropped += dropped;
+  counters.shadows -= dropped;
+  return dropped;
+}
+
+/* Heapsort, in place (qsort may allocate, and the agent stays out of the allocator). */
+static void sift(uint64_t *a, size_t i, size_t n) {
+  for (size_t c; (c = 2 * i + 1) < n; i = c) {
+    if (c + 1 < n && a[c + 1] > a[c]) c++;
+    if (a[i] >= a[c]) return;
+    uint64_t t = a[i];
+    a[i] = a[c];
+    a[c] = t;
+  }
+}
+
+static void sort_pages(uint64_t *a, size_t n) {
+  for (size_t i = n / 2; i-- > 0;) sift(a, i, n);
+  for (size_t end = n; end-- > 1;) {
+    uint64_t t = a[0];
+    a[0] = a[end];
+    a[end] = t;
+    sift(a, 0, end);
+  }
+}
+
+size_t _strata_shadows_sweep(void) {
+  size_t n = 0;
+  for (size_t i = 0; i < SHADOW_TABLE && n < SHADOW_SLOTS; i++)
+    if (table[i].page > 1) sweep_pages[n++] = table[i].page;
+  if (n == 0) return 0;
+  sort_pages(sweep_pages, n);
+  /* one scan from the lowest shadowed page to the highest, for the ranges written since */
+  struct pm_region r[64];
+  size_t dropped = 0, k = 0;
+  uint64_t from = sweep_pages[0], end = sweep_pages[n - 1] + PAGE_SIZE;
+  while (from < end && k < n) {
+    struct pm_scan_arg a = {.size = sizeof a, .start = from, .end = end, .vec = (uintptr_t)r, .vec_len = 64,
+                            .category_mask = PM_SCAN_PAGE_IS_WRITTEN, .return_mask = PM_SCAN_PAGE_IS_WRITTEN};
+    long got = ioctl(pagemap, PAGEMAP_SCAN, &a);
+    if (got < 0) break;
+    for (long j = 0; j < got; j++) {
+      while (k < n && sweep_pages[k] < r[j].start) k++;
+      for (; k < n && sweep_pages[k] < r[j].end; k++) {
+        shadow_t *s = shadow_find(sweep_pages[k]);
+        if (!s) continue;
+        shadow_drop(s);
+        dropped++;
+      }
+    }
+    if (a.walk_end <= from) break;
+    from = a.walk_end;
+  }
+  counters.shadows -= dropped;
+  counters.shadows_stale += dropped;
+  return dropped;
+}
+
+/* ---- the steps ----------------------------------------------------------------------------- */
+
+static int move_page(void *dst, void *src) {
+  struct uffdio_move m = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = PAGE_SIZE, .mode = 0};
+  return ioctl(uffd, UFFDIO_MOVE, &m) == 0 ? 0 : -errno;
+}
+
+static bool written(void *p) {
+  struct pm_region r;
+  struct pm_scan_arg a = {.size = sizeof a, .start = (uintptr_t)p, .end = (uintptr_t)p + PAGE_SIZE,
+                          .vec = (uintptr_t)&r, .vec_len = 1, .category_mask = PM_SCAN_PAGE_IS_WRITTEN,
+                          .return_mask = PM_SCAN_PAGE_IS_WRITTEN};
+  return ioctl(pagemap, PAGEMAP_SCAN, &a) != 0; /* an error: not trusted as clean */
+}
+
+static void protect(void *p) {
+  struct uffdio_writeprotect w = {.range = {(uintptr_t)p, PAGE_SIZE}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+  ioctl(uffd, UFFDIO_WRITEPROTECT, &w);
+}
+
+/* p's range takes missing-page faults (true), or goes back to write-protect tracking only.
+ * The agent lock is held in between: a fork (init.c) or a remap of a large object (segment.c)
+ * waits, so neither copies or moves a page table with p missing from it. */
+static void window(void *p, bool open) {
+  if (open) {
+    pthread_mutex_lock(&_strata_agent_lock);
+    registered(p, PAGE_SIZE, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
+  } else {
+    struct uffdio_range r = {(uintptr_t)p, PAGE_SIZE};
+    ioctl(uffd, UFFDIO_UNREGISTER, &r);
+    registered(p, PAGE_SIZE, UFFDIO_REGISTER_MODE_WP);
+    pthread_mutex_unlock(&_strata_agent_lock);
+  }
+}
+
+static int nodes_of(void *const *pages, size_t n, int *status) {
+  return syscall(SYS_move_pages, 0, (unsigned long)n, pages, NULL, status, 0) == 0 ? 0 : -errno;
+}
+
+static void set_preferred(int node) {
+  unsigned long mask = node >= 0 ? 1ul << node : 0;
+  syscall(SYS_set_mempolicy, node >= 0 ? MPOL_PREFERRED : MPOL_DEFAULT, node >= 0 ? &mask : NULL,
+          node >= 0 ? (unsigned long)STRATA_MAX_NODES + 1 : 0);
+}
+
+/* A promotion: the target is in a faster tier than where the page was. */
+static bool faster(int to, int from) {
+  int t = _strata_node_tier(to), f = _strata_node_tier(from);
+  return t >= 0 && f >= 0 && t < f;
+}
+
+/* Demote p by its shadow, if it has a valid one on `node`: 1 done, 0 no shadow (or a stale
+ * one, dropped: copy it), or -errno. */
+static int shadow_demote(char *p, int node, char *stage) {
+  shadow_t *s = shadow_find((uint64_t)(uintptr_t)p);
+  if (!s || s->node != node) return 0;
+  if (written(p)) {
+    shadow_drop(s);
+    counters.shadows--;
+    counters.shadows_stale++;
+    return 0;
+  }
+  madvise(stage, PAGE_SIZE, MADV_DONTNEED);
+  window(p, true);
+  int rc = move_page(stage, p);
+  if (rc == 0) {
+    bool same = memcmp(stage, slot_addr(s->slot), PAGE_SIZE) == 0;
+    if (same && move_page(p, slot_addr(s->slot)) == 0) {
+      s->page = 1; /* the shadow's page is p's now; its slot is free */
+      free_slots[nfree++] = s->slot;
+      counters.shadows--;
+      counters.shadow_demotions++;
+      rc = 1;
+    } else {
+      move_page(p, stage); /* written meanwhile: p as it was */
+      shadow_drop(s);
+      counters.shadows--;
+      counters.shadows_stale++;
+    }
+  }
+  window(p, false);
+  madvise(stage, PAGE_SIZE, MADV_DONTNEED);
+  return rc;
+}
+
+/* One attempt to move p by copy into `stage` (faulted in on `node`): 1 committed, 0 aborted,
+ * or -errno. `from` is the node p was on. */
+static int copy_move(char *p, int node, int from, char *stage) {
+  struct iovec local = {stage, PAGE_SIZE}, remote = {p, PAGE_SIZE};
+  if (syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul) != (long)PAGE_SIZE) return -ENOENT;
+  shadow_t *old = shadow_find((uint64_t)(uintptr_t)p);
+  if (old) { /* a shadow from before, stale by now */
+    shadow_drop(old);
+    counters.shadows--;
+  }
+  shadow_t *s = shadow_new((uint64_t)(uintptr_t)p, from);
+  if (!s) return -ENOMEM;
+  char *slot = slot_addr(s->slot);
+  window(p, true);
+  int rc = move_page(slot, p);
+  if (rc == 0) {
+    if (memcmp(slot, stage, PAGE_SIZE) == 0 && move_page(p, stage) == 0) {
+      rc = 1;
+    } else {
+      move_page(p, slot); /* written while copied: abort */
+      rc = 0;
+    }
+  }
+  window(p, false);
+  /* clean from here: a write shows as written. (After the window: unregistering clears the
+   * mark. A write in between is not seen by the sweep, but the comparison at demotion sees it.) */
+  if (rc == 1) protect(p);
+  if (rc == 1 && faster(node, from)) {
+    counters.shadows++; /* the old page stays, as p's shadow */
+  } else {
+    shadow_drop(s);
+  }
+  return rc;
+}
+
+size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts, unsigned flags, int32_t *status) {
+  if (n > STRATA_AGENT_MAX_PAGES) n = STRATA_AGENT_MAX_PAGES;
+  int where[STRATA_AGENT_MAX_PAGES];
+  if (nodes_of(pages, n, where) != 0)
+    for (size_t i = 0; i < n; i++) where[i] = -ENOENT;
+  set_preferred(node);
+  void *fallback[STRATA_AGENT_MAX_PAGES];
+  size_t nfall = 0, fall_at[STRATA_AGENT_MAX_PAGES];
+  for (size_t i = 0; i < n; i++) {
+    char *p = pages[i], *stage = staging + i * PAGE_SIZE;
+    status[i] = where[i];
+    if (where[i] < 0 || (where[i] == node && !(flags & STRATA_AGENT_FORCE))) continue;
+    if (!_strata_chunk_of(p)) { /* not Strata's memory: not registered here */
+      fall_at[nfall] = i;
+      fallback[nfall++] = p;
+      continue;
+    }
+    int rc = shadow_demote(p, node, stage);
+    if (rc == 0) {
+      /* the copy's page, on the target node (this thread prefers it) */
+      *(volatile char *)stage = 0;
+      int at;
+      void *sp = stage;
+      if (nodes_of(&sp, 1, &at) != 0 || at != node) {
+        status[i] = -ENOMEM;
+        madvise(stage, PAGE_SIZE, MADV_DONTNEED);
+        continue;
+      }
+      for (unsigned k = 0; k < (attempts ? attempts : 1) && rc == 0; k++) {
+        rc = copy_move(p, node, where[i], stage);
+        if (rc == 0) counters.aborts++;
+      }
+      if (rc == 1) counters.commits++;
+      madvise(stage, PAGE_SIZE, MADV_DONTNEED);
+    }
+    status[i] = rc == 1 ? node : rc == 0 ? -EAGAIN : rc;
+  }
+  set_preferred(-1);
+  if (nfall) {
+    int nodes[STRATA_AGENT_MAX_PAGES], st[STRATA_AGENT_MAX_PAGES];
+    for (size_t k = 0; k < nfall; k++) nodes[k] = node;
+    if (syscall(SYS_move_pages, 0, (unsigned long)nfall, fallback, nodes, st, 2 /* MPOL_MF_MOVE */) >= 0) {
+      for (size_t k = 0; k < nfall; k++) status[fall_at[k]] = st[k];
+      counters.fallbacks += nfall;
+    }
+  }
+  return n;
+}
