@@ -61,6 +61,13 @@ struct TrackerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    pid: String,
+    command: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -146,6 +153,26 @@ pub fn render(s: &Status) -> String {
                 tracker: tracker.unwrap_or_default(),
             };
             pages.get_or_create(&l).set(p.process.tracked_pages.unwrap_or(0) as i64);
+        }
+        let agent = family::<AgentLabels, Counter>(
+            &mut r,
+            "agent_pages",
+            "A process agent's transactional moves, by outcome (commit, abort, shadow_demotion, fallback)",
+        );
+        let shadows = family::<ProcessLabels, Gauge>(&mut r, "agent_shadows", "Shadow copies a process's agent holds");
+        for p in &d.processes {
+            let Some(a) = p.process.agent else { continue };
+            let (pid, command) = (p.process.pid.to_string(), p.process.command.clone());
+            for (outcome, n) in [
+                ("commit", a.commits),
+                ("abort", a.aborts),
+                ("shadow_demotion", a.shadow_demotions),
+                ("fallback", a.fallbacks),
+            ] {
+                let l = AgentLabels { pid: pid.clone(), command: command.clone(), outcome: outcome.into() };
+                agent.get_or_create(&l).inc_by(n);
+            }
+            shadows.get_or_create(&ProcessLabels { pid, command }).set(a.shadows as i64);
         }
         counter(&mut r, "daemon_rounds", "Rounds the daemon ran", st.rounds);
         counter(&mut r, "daemon_pages_scanned", "Pages its trackers reported", st.pages_scanned);

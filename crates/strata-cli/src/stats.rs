@@ -158,6 +158,13 @@ fn table(s: &Status) -> String {
             p.process.pid,
             p.process.command
         );
+        if let Some(a) = p.process.agent {
+            let _ = writeln!(
+                t,
+                "    agent: {} commits, {} aborts, {} copy-free demotions, {} shadows held ({} stale, {} reclaimed), {} by move_pages",
+                a.commits, a.aborts, a.shadow_demotions, a.shadows, a.shadows_stale, a.shadows_dropped, a.fallbacks
+            );
+        }
     }
     for (pid, why) in &d.refused {
         let _ = writeln!(t, "  process {pid}: channel refused: {why}");

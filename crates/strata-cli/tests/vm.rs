@@ -570,3 +570,35 @@ fn guest_transactional_migration_says_it_needs_linux_6_8_on_6_1() {
     assert!(out.contains("test_migrate: skipped: no userfaultfd that can move pages here (Linux 6.8+"), "{out}");
     assert_eq!(code, 0, "{out}");
 }
+
+/// The daemon with `mechanism = "transactional"` moves a written hot set through the writer's
+/// agent: promoted, with commits counted in its stats and every byte as written.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest612_daemon_with_the_transactional_mover_promotes_through_the_agent() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (code, out) = daemon_guest_on(
+        Some("6.12"),
+        &daemon_files(),
+        "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
+         strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+         sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
+         sleep 12; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt\n\
+         wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
+         echo ==WRITER==; cat /tmp/w.out; echo ==TEXT==; cat /tmp/s.txt; echo ==STATS==; cat /tmp/s.json",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("writer=0") && out.contains("daemon=0"), "{out}");
+    let w = section(&out, "WRITER");
+    assert!(w.contains("verified"), "every byte as written: {w}");
+    let (h0, _, pages) = nodes_of(w, "hot end", None);
+    assert!(h0 >= pages * 9 / 10, "the hot set was promoted: {w}");
+    assert!(section(&out, "TEXT").contains("agent: "), "{out}");
+    let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
+    let d = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
+    let writer = d.iter().find(|p| p["command"] == "hot_writer").unwrap_or_else(|| panic!("{status}"));
+    let commits = writer["agent"]["commits"].as_u64().unwrap_or_else(|| panic!("no agent: {writer}"));
+    assert!(commits >= pages * 9 / 10, "promoted by the agent's commits: {writer}");
+}
