@@ -1,9 +1,9 @@
 //! `strata daemon`: the live tiering daemon, in the foreground. It manages the processes
 //! running under Strata (found by their channels, or announcing themselves on its socket) and
 //! those attached with `strata attach`, runs a policy of the engine on them every period,
-//! shares the fast tier between them by priority, and moves their pages with move_pages(2).
-//! SIGHUP reads the configuration again; `--probe` prints which access trackers this machine
-//! offers.
+//! shares the fast tier between them by priority, and moves their pages with move_pages(2) or
+//! through their agents (transactionally). SIGHUP reads the configuration again; `--probe`
+//! prints which access trackers and movers this machine offers.
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +16,8 @@ use crate::output::{emit, emit_json};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print the trackers a daemon could use on this machine (available, used, and why or why not)
+    /// Print the trackers and movers a daemon could use on this machine (available, used, and why
+    /// or why not)
     #[arg(long)]
     probe: bool,
     /// The policy [default: the configuration's daemon.policy, ambix]. Policies that need
@@ -32,7 +33,7 @@ pub struct Args {
     /// Stop after this many rounds (else at SIGINT or SIGTERM)
     #[arg(long)]
     rounds: Option<u64>,
-    /// JSON: with --probe the trackers, else the statistics at exit
+    /// JSON: with --probe the trackers and movers, else the statistics at exit
     #[arg(long)]
     json: bool,
     /// No progress lines on stderr
@@ -109,9 +110,11 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
 
 fn probe(json: bool) -> anyhow::Result<()> {
     let trackers = stratad::probe::probe();
+    let movers = stratad::probe::movers();
     if json {
-        return emit_json(&trackers);
+        return emit_json(&serde_json::json!({ "trackers": trackers, "movers": movers }));
     }
+    let yes = |b: bool| if b { "yes" } else { "no" };
     let mut s = String::from("Trackers on this machine (tried on this process's own memory):\n\n");
     let _ = writeln!(s, "{:<13} {:<9} {:<5} sees", "tracker", "available", "used");
     for t in &trackers {
@@ -122,9 +125,17 @@ fn probe(json: bool) -> anyhow::Result<()> {
         } else {
             "-"
         };
-        let _ = writeln!(s, "{:<13} {:<9} {:<5} {}", t.name, if t.available { "yes" } else { "no" }, used, t.sees);
+        let _ = writeln!(s, "{:<13} {:<9} {:<5} {}", t.name, yes(t.available), used, t.sees);
         let _ = writeln!(s, "{:<29} {}", "", t.reason);
     }
     s += "\n(used: the daemon tracks with it where it is available; the others are probed only)\n";
+    s += "\nMovers (mover.mechanism; tried on this process's own pages):\n\n";
+    let _ = writeln!(s, "{:<13} {:<9} how", "mover", "available");
+    for m in &movers {
+        let _ = writeln!(s, "{:<13} {:<9} {}", m.name, yes(m.available), m.how);
+        let _ = writeln!(s, "{:<23} {}", "", m.reason);
+    }
+    s += "\n(transactional also needs each process's own userfaultfd to offer it: a process that cannot \
+          open one is moved by move_pages, and strata stats shows which processes have an agent)\n";
     emit(&s)
 }

@@ -95,13 +95,16 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
     let dir = Dir::new("daemon-probe");
     let sock = dir.path("sock");
     let v = json(&["daemon", "--probe", "--json"]);
-    let trackers = v.as_array().unwrap();
+    let trackers = v["trackers"].as_array().unwrap();
     let names: Vec<&str> = trackers.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["perf-mem", "damon-vaddr", "idle-page", "pagemap-scan", "soft-dirty", "hint-fault"]);
     for t in trackers {
         assert!(t["available"].is_boolean() && t["used"].is_boolean(), "{t}");
         assert!(!t["reason"].as_str().unwrap().is_empty(), "{t}");
     }
+    let movers: Vec<&str> = v["movers"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(movers, ["move_pages", "transactional"]);
+    assert_eq!(v["movers"][0]["available"], true, "move_pages is always there: {v}");
     // a policy that needs no tracker runs its rounds and reports them
     let stats = json(&[
         "daemon",
@@ -266,7 +269,7 @@ fn a_bad_configuration_is_refused_with_its_key_and_line_at_start_and_on_reload()
     std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\n[scanner]\nperiod_ms = 30\n").unwrap();
     unsafe { libc::kill(daemon.0.id() as i32, libc::SIGHUP) };
     let v = stats_until(&sock, |v| v["daemon"]["last_reload"].as_str().is_some_and(|s| s.contains("reloaded")));
-    let scans = json(&["daemon", "--probe", "--json"])
+    let scans = json(&["daemon", "--probe", "--json"])["trackers"]
         .as_array()
         .unwrap()
         .iter()

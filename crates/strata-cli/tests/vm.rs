@@ -560,14 +560,18 @@ fn guest612_transactional_moves_keep_shadows_and_lose_no_write_between_the_tiers
 
 #[test]
 #[ignore = "boots a QEMU guest; run by make vm-test"]
-fn guest_transactional_migration_says_it_needs_linux_6_8_on_6_1() {
+fn guest_transactional_migration_and_the_probe_say_they_need_linux_6_8_on_6_1() {
     if guest_available().is_none() {
         return;
     }
     let bin = vm_bin("test_migrate");
     let b = bin.to_str().unwrap();
-    let (code, out) = run_in_guest(&["--file", b, "--", b, "20"]);
+    let script = format!("{b} 20 && strata daemon --probe");
+    let (code, out) = run_in_guest(&["--file", b, "--", "sh", "-c", &script]);
     assert!(out.contains("test_migrate: skipped: no userfaultfd that can move pages here (Linux 6.8+"), "{out}");
+    let transactional = out.lines().find(|l| l.starts_with("transactional ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(transactional.contains(" no "), "{out}");
+    assert!(out.contains("no UFFDIO_MOVE"), "the probe says why: {out}");
     assert_eq!(code, 0, "{out}");
 }
 

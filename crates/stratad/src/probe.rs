@@ -1,5 +1,6 @@
-//! What a daemon can observe on this machine (`strata daemon --probe`): each way of tracking a
-//! process's accesses, whether the kernel and hardware here offer it, and why not.
+//! What a daemon can observe and how it can move pages on this machine (`strata daemon
+//! --probe`): each way of tracking a process's accesses and each mover, whether the kernel and
+//! hardware here offer it, and why not.
 //!
 //! Every probe is tried for real on this process's own memory (a soft-dirty bit set by a
 //! write, a written page found by `PAGEMAP_SCAN`), not inferred from the kernel version. None
@@ -42,6 +43,98 @@ pub fn probe() -> Vec<Tracker> {
         t("soft-dirty", "pages written since the bits were cleared (writes only)", true, soft_dirty()),
         t("hint-fault", "first access to sampled pages made inaccessible (reads and writes)", false, hint_fault()),
     ]
+}
+
+/// One way of moving pages between nodes, and its verdict.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Mover {
+    pub name: String,
+    pub how: String,
+    pub available: bool,
+    /// how it was found available, or why it is not
+    pub reason: String,
+}
+
+/// Every mover (`mover.mechanism`): the transactional one needs what it was found to need.
+pub fn movers() -> Vec<Mover> {
+    let m = |name: &str, how: &str, r: Result<String, String>| Mover {
+        name: name.into(),
+        how: how.into(),
+        available: r.is_ok(),
+        reason: r.unwrap_or_else(|e| e),
+    };
+    vec![
+        m("move_pages", "the kernel copies while the process's accesses to the page wait", move_pages()),
+        m(
+            "transactional",
+            "the process's agent copies while the page stays in use, commits if unwritten, keeps shadows",
+            transactional(),
+        ),
+    ]
+}
+
+fn move_pages() -> Result<String, String> {
+    let page = Page::new()?;
+    let mut p = page.addr() as *mut libc::c_void;
+    let mut status = -1i32;
+    // SAFETY: one page of our own, queried (no nodes given: nothing moves)
+    let rc = unsafe {
+        libc::syscall(libc::SYS_move_pages, 0, 1usize, &mut p as *mut _, std::ptr::null::<i32>(), &mut status, 0)
+    };
+    if rc != 0 || status < 0 {
+        return Err(format!("move_pages(2) on a page of this process: {}", std::io::Error::last_os_error()));
+    }
+    Ok(format!("move_pages(2) found this process's page on node {status}"))
+}
+
+fn transactional() -> Result<String, String> {
+    // SAFETY: a plain syscall; the descriptor is closed below (the daemon runs as root, as the
+    // processes' agents need a full userfaultfd: root, /dev/userfaultfd, or
+    // vm.unprivileged_userfaultfd)
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(format!(
+            "a full userfaultfd: {} (a process's agent needs root, access to /dev/userfaultfd, or \
+             vm.unprivileged_userfaultfd = 1)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let fd = fd as libc::c_int;
+    let result = (|| {
+        let mut api = [UFFD_API, UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_MOVE, 0u64];
+        // SAFETY: uffdio_api is three u64s
+        if unsafe { libc::ioctl(fd, UFFDIO_API, api.as_mut_ptr()) } != 0 {
+            return Err(format!(
+                "userfaultfd offers no UFFDIO_MOVE with asynchronous write-protect (Linux 6.8): {}; \
+                 the daemon moves by move_pages",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // a page moved for real: from one of ours into a registered, empty one
+        let from = Page::new()?;
+        from.write(42);
+        let to = Page::new()?;
+        // SAFETY: our own page, mapped by Page::new
+        unsafe { libc::madvise(to.addr() as *mut libc::c_void, 4096, libc::MADV_DONTNEED) };
+        let mut reg = [to.addr(), 4096, UFFDIO_REGISTER_MODE_WP, 0u64];
+        // SAFETY: uffdio_register is a range (two u64s), a mode and the ioctls reported
+        if unsafe { libc::ioctl(fd, UFFDIO_REGISTER, reg.as_mut_ptr()) } != 0 {
+            return Err(format!("UFFDIO_REGISTER: {}", std::io::Error::last_os_error()));
+        }
+        let mut mv = [to.addr(), from.addr(), 4096u64, 0u64, 0u64];
+        // SAFETY: uffdio_move is dst, src, len, mode and the bytes moved
+        if unsafe { libc::ioctl(fd, UFFDIO_MOVE, mv.as_mut_ptr()) } != 0 {
+            return Err(format!("UFFDIO_MOVE of a page: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `to` is mapped and now holds the moved page
+        match unsafe { std::ptr::read_volatile(to.0) } {
+            42 => Ok("a full userfaultfd with UFFDIO_MOVE moved a page of this process whole".into()),
+            v => Err(format!("UFFDIO_MOVE ran but the page reads {v}, not what was written")),
+        }
+    })();
+    // SAFETY: our descriptor
+    unsafe { libc::close(fd) };
+    result
 }
 
 /// A page of this process's own, mapped and touched; unmapped on drop.
@@ -137,6 +230,8 @@ pub(crate) fn soft_dirty() -> Result<String, String> {
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFD_API: u64 = 0xAA;
 const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+const UFFD_FEATURE_MOVE: u64 = 1 << 16;
+const UFFDIO_MOVE: libc::c_ulong = 0xc028_aa05;
 const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
 const UFFDIO_REGISTER: libc::c_ulong = 0xc020_aa00;
 const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
@@ -221,5 +316,17 @@ mod tests {
         assert!(p.iter().all(|t| !t.reason.is_empty()), "{p:?}");
         // mprotect exists on every Linux this runs on
         assert!(p.iter().any(|t| t.name == "hint-fault" && t.available), "{p:?}");
+    }
+
+    #[test]
+    fn every_mover_gets_a_verdict_and_transactional_needs_at_least_what_pagemap_scan_needs() {
+        let m = movers();
+        assert!(m[0].available, "{m:?}");
+        // the same kernel facility the pagemap-scan tracker needs (6.7) and one release more:
+        // where PAGEMAP_SCAN is missing, UFFDIO_MOVE is too
+        if pagemap_scan().is_err() {
+            assert!(!m[1].available, "{m:?}");
+        }
+        assert!(!m[1].reason.is_empty());
     }
 }
