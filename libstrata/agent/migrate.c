@@ -2,29 +2,36 @@
  * without a kernel patch), for Strata's own memory.
  *
  * Moving page p to node N by copy:
- *   1. the copy, while p stays mapped and in use: a staging page is faulted in on N (this
- *      thread's preferred node) and p's bytes are copied into it (process_vm_readv, so a page
- *      unmapped meanwhile is an error, not a crash);
- *   2. p's range is registered for missing-page faults, and p's page is moved out to its shadow
- *      slot (UFFDIO_MOVE: atomic; from here on an access to p waits for this thread);
- *   3. the old page and the copy are compared: equal, the copy is moved in at p (commit); not
- *      equal, p was written after the copy and the old page goes back (abort, tried again
- *      later, up to the request's attempts);
- *   4. p's range goes back to write-protect tracking only.
+ *   1. p's range is registered for missing-page faults: nothing changes for p while it is
+ *      there (only a page that is not there faults in this mode);
+ *   2. the copy, while p stays mapped and in use: p's bytes into a buffer (process_vm_readv,
+ *      so a page unmapped meanwhile is an error, not a crash);
+ *   3. p's page is moved out (UFFDIO_MOVE: atomic; from here on an access to p waits for this
+ *      thread), to its shadow slot if this is a promotion, else to a spare slot;
+ *   4. the old page and the copy are compared: equal, a new page with the copy's bytes is
+ *      placed at p (UFFDIO_COPY: the kernel allocates it on N, this thread's preferred node, and
+ *      wakes whoever waits at p): commit; not equal, p was written after the copy and the old
+ *      page goes back (abort; steps 2-4 are tried again, up to the request's attempts, then p
+ *      is left for a later request);
+ *   5. p's range goes back to write-protect tracking only, p is write-protected (clean), and
+ *      the old pages in spare slots are freed.
  * Comparing after the atomic move-out is what makes it safe: every write to p, by the program,
  * by the kernel on its behalf or by a device, either reached the old page before the move (and
  * shows in the comparison) or waits at p for the commit, and pages the kernel or a device holds
  * pinned (O_DIRECT in flight, io_uring fixed buffers) are refused by UFFDIO_MOVE itself (EBUSY)
- * and never move this way. p is missing only between steps 2 and 3: two ioctls and a compare.
+ * and never move this way. p is missing only during steps 3 and 4: two ioctls and a compare.
+ * Neighbouring pages of a request share steps 1 and 5 (one registration, one madvise): each
+ * of them is missing only for its own steps 3 and 4.
  *
  * Shadows: after a promotion the old page stays in its shadow slot, and p is write-protected
  * (asynchronous mode: its first write clears the mark without a fault delivered anywhere). A
  * demotion of p back to the shadow's node, when p reads as not written, moves p's page out to a
- * staging slot, compares it with the shadow, and moves the shadow in: no copy, no write to the
+ * spare slot, compares it with the shadow, and moves the shadow in: no copy, no write to the
  * slow tier. A shadow found different (p was written; the mark can also be cleared by a daemon's
  * scan) is dropped and the page copied instead; the agent also sweeps its shadows every second
- * and drops those of pages written since (_strata_shadows_sweep). Shadows are dropped on request, all of them
- * when a daemon sees the slow tier short, so they never make an allocation fail.
+ * and drops those of pages written since (_strata_shadows_sweep). Shadows are dropped on
+ * request, all of them when a daemon sees the slow tier short, so they never make an
+ * allocation fail.
  *
  * Everything here runs on the agent's thread (agent.c), which also answers the missing-page
  * faults of step 2 once the request is done. It takes none of the allocator's locks. */
@@ -69,7 +76,7 @@ typedef struct shadow_s {
 
 static int uffd = -1;
 static int pagemap = -1;
-static char *staging;                 /* STRATA_AGENT_MAX_PAGES pages */
+static char *spare;                   /* STRATA_AGENT_MAX_PAGES slots for old pages on their way out */
 static char *shadows;                 /* SHADOW_SLOTS pages, reserved */
 static shadow_t *table;               /* SHADOW_TABLE entries */
 static uint32_t *free_slots;          /* a stack of free slot numbers */
@@ -86,8 +93,7 @@ static void *reserve(size_t bytes, bool wp) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return NULL;
   /* slots are destinations of UFFDIO_MOVE, which must be this userfaultfd's (write-protect
-   * mode only: the agent faults its own staging pages in, a missing-page mode would wait on
-   * itself) */
+   * mode only: in a missing-page mode the agent's own touch would wait on itself) */
   if (wp && !registered(p, bytes, UFFDIO_REGISTER_MODE_WP)) {
     munmap(p, bytes);
     return NULL;
@@ -98,25 +104,25 @@ static void *reserve(size_t bytes, bool wp) {
 int _strata_migrate_init(int fd) {
   uffd = fd;
   pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  staging = reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
+  spare = reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
   shadows = reserve(SHADOW_SLOTS * PAGE_SIZE, true);
   table = reserve(SHADOW_TABLE * sizeof *table, false);
   free_slots = reserve(SHADOW_SLOTS * sizeof *free_slots, false);
   sweep_pages = reserve(SHADOW_SLOTS * sizeof *sweep_pages, false);
-  if (pagemap < 0 || !staging || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
+  if (pagemap < 0 || !spare || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
   for (size_t i = 0; i < SHADOW_SLOTS; i++) free_slots[i] = (uint32_t)(SHADOW_SLOTS - 1 - i);
   nfree = SHADOW_SLOTS;
   return 0;
 }
 
 void _strata_migrate_forget(void) { /* fork child: none of it is the child's */
-  if (staging) munmap(staging, STRATA_AGENT_MAX_PAGES * PAGE_SIZE);
+  if (spare) munmap(spare, STRATA_AGENT_MAX_PAGES * PAGE_SIZE);
   if (shadows) munmap(shadows, SHADOW_SLOTS * PAGE_SIZE);
   if (table) munmap(table, SHADOW_TABLE * sizeof *table);
   if (free_slots) munmap(free_slots, SHADOW_SLOTS * sizeof *free_slots);
   if (sweep_pages) munmap(sweep_pages, SHADOW_SLOTS * sizeof *sweep_pages);
   if (pagemap >= 0) close(pagemap);
-  staging = shadows = NULL;
+  spare = shadows = NULL;
   table = NULL;
   free_slots = NULL;
   sweep_pages = NULL;
@@ -238,22 +244,19 @@ static bool written(void *p) {
   return ioctl(pagemap, PAGEMAP_SCAN, &a) != 0; /* an error: not trusted as clean */
 }
 
-static void protect(void *p) {
-  struct uffdio_writeprotect w = {.range = {(uintptr_t)p, PAGE_SIZE}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-  ioctl(uffd, UFFDIO_WRITEPROTECT, &w);
-}
-
-/* p's range takes missing-page faults (true), or goes back to write-protect tracking only.
- * The agent lock is held in between: a fork (init.c) or a remap of a large object (segment.c)
- * waits, so neither copies or moves a page table with p missing from it. */
-static void window(void *p, bool open) {
+/* A run of pages takes missing-page faults (open), or goes back to write-protect tracking
+ * only. Only a page that is not there faults in this mode: the run's pages stay in use, each
+ * but the one between its move-out and its commit. The agent lock is held in between: a fork
+ * (init.c) or a remap of a large object (segment.c) waits, so neither copies or moves a page
+ * table with a page missing from it. */
+static void window(char *start, size_t len, bool open) {
   if (open) {
     pthread_mutex_lock(&_strata_agent_lock);
-    registered(p, PAGE_SIZE, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
+    registered(start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
   } else {
-    struct uffdio_range r = {(uintptr_t)p, PAGE_SIZE};
+    struct uffdio_range r = {(uintptr_t)start, len};
     ioctl(uffd, UFFDIO_UNREGISTER, &r);
-    registered(p, PAGE_SIZE, UFFDIO_REGISTER_MODE_WP);
+    registered(start, len, UFFDIO_REGISTER_MODE_WP);
     pthread_mutex_unlock(&_strata_agent_lock);
   }
 }
@@ -274,9 +277,9 @@ static bool faster(int to, int from) {
   return t >= 0 && f >= 0 && t < f;
 }
 
-/* Demote p by its shadow, if it has a valid one on `node`: 1 done, 0 no shadow (or a stale
- * one, dropped: copy it), or -errno. */
-static int shadow_demote(char *p, int node, char *stage) {
+/* Demote p (its window open) by its shadow, if it has a valid one on `node`: 1 done (p's old
+ * page is in `out`), 0 no shadow (or a stale one, dropped: copy it), or -errno. */
+static int shadow_demote(char *p, int node, char *out) {
   shadow_t *s = shadow_find((uint64_t)(uintptr_t)p);
   if (!s || s->node != node) return 0;
   if (written(p)) {
@@ -285,11 +288,9 @@ static int shadow_demote(char *p, int node, char *stage) {
     counters.shadows_stale++;
     return 0;
   }
-  madvise(stage, PAGE_SIZE, MADV_DONTNEED);
-  window(p, true);
-  int rc = move_page(stage, p);
+  int rc = move_page(out, p);
   if (rc == 0) {
-    bool same = memcmp(stage, slot_addr(s->slot), PAGE_SIZE) == 0;
+    bool same = memcmp(out, slot_addr(s->slot), PAGE_SIZE) == 0;
     if (same && move_page(p, slot_addr(s->slot)) == 0) {
       s->page = 1; /* the shadow's page is p's now; its slot is free */
       free_slots[nfree++] = s->slot;
@@ -297,50 +298,98 @@ static int shadow_demote(char *p, int node, char *stage) {
       counters.shadow_demotions++;
       rc = 1;
     } else {
-      move_page(p, stage); /* written meanwhile: p as it was */
+      move_page(p, out); /* written meanwhile: p as it was */
       shadow_drop(s);
       counters.shadows--;
       counters.shadows_stale++;
     }
   }
-  window(p, false);
-  madvise(stage, PAGE_SIZE, MADV_DONTNEED);
   return rc;
 }
 
-/* One attempt to move p by copy into `stage` (faulted in on `node`): 1 committed, 0 aborted,
- * or -errno. `from` is the node p was on. */
-static int copy_move(char *p, int node, int from, char *stage) {
-  struct iovec local = {stage, PAGE_SIZE}, remote = {p, PAGE_SIZE};
+/* p's new page: `from`'s bytes in a page the kernel allocates (this thread's preferred node). */
+static int fill(char *p, const char *from) {
+  struct uffdio_copy c = {.dst = (uintptr_t)p, .src = (uintptr_t)from, .len = PAGE_SIZE, .mode = 0};
+  return ioctl(uffd, UFFDIO_COPY, &c) == 0 ? 0 : -errno;
+}
+
+/* One attempt to move p (its window open) by copy: 1 committed (p's old page is in `out`, or
+ * kept as its shadow when this is a promotion), 0 aborted, or -errno. `from` is the node p was
+ * on. */
+static int copy_move(char *p, int node, int from, char *out) {
+  static char copy[PAGE_SIZE] __attribute__((aligned(PAGE_SIZE)));
+  struct iovec local = {copy, PAGE_SIZE}, remote = {p, PAGE_SIZE};
   if (syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul) != (long)PAGE_SIZE) return -ENOENT;
   shadow_t *old = shadow_find((uint64_t)(uintptr_t)p);
   if (old) { /* a shadow from before, stale by now */
     shadow_drop(old);
     counters.shadows--;
   }
-  shadow_t *s = shadow_new((uint64_t)(uintptr_t)p, from);
-  if (!s) return -ENOMEM;
-  char *slot = slot_addr(s->slot);
-  window(p, true);
-  int rc = move_page(slot, p);
+  shadow_t *s = NULL;
+  if (faster(node, from) && !(s = shadow_new((uint64_t)(uintptr_t)p, from))) return -ENOMEM;
+  char *dst = s ? slot_addr(s->slot) : out;
+  int rc = move_page(dst, p);
   if (rc == 0) {
-    if (memcmp(slot, stage, PAGE_SIZE) == 0 && move_page(p, stage) == 0) {
+    if (memcmp(dst, copy, PAGE_SIZE) == 0 && fill(p, copy) == 0) {
       rc = 1;
     } else {
-      move_page(p, slot); /* written while copied: abort */
+      move_page(p, dst); /* written while copied: abort */
       rc = 0;
     }
   }
-  window(p, false);
-  /* clean from here: a write shows as written. (After the window: unregistering clears the
-   * mark. A write in between is not seen by the sweep, but the comparison at demotion sees it.) */
-  if (rc == 1) protect(p);
-  if (rc == 1 && faster(node, from)) {
+  if (s && rc == 1) {
     counters.shadows++; /* the old page stays, as p's shadow */
-  } else {
+  } else if (s) {
     shadow_drop(s);
   }
   return rc;
+}
+
+/* Write-protect pages[k] for each k with moved[k], in runs: clean from here, so a write shows
+ * as written. (After the window: unregistering clears the mark. A write in between is missed
+ * by the sweep, not by the comparison at demotion.) */
+static void protect_moved(char *const *pages, size_t n, const bool *moved) {
+  for (size_t k = 0; k < n;) {
+    if (!moved[k]) {
+      k++;
+      continue;
+    }
+    size_t j = k + 1;
+    while (j < n && moved[j]) j++;
+    struct uffdio_writeprotect w = {.range = {(uintptr_t)pages[k], (j - k) * PAGE_SIZE},
+                                    .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    ioctl(uffd, UFFDIO_WRITEPROTECT, &w);
+    k = j;
+  }
+}
+
+/* Move a run of neighbouring pages to `node`, one window for all of them. The old pages that
+ * are not kept as shadows go to `out` (a slot a page), freed together at the end. */
+static void migrate_run(char *const *pages, size_t n, int node, const int *from, unsigned attempts,
+                        int32_t *status, char *out) {
+  bool moved[STRATA_AGENT_MAX_PAGES] = {false};
+  window(pages[0], n * PAGE_SIZE, true);
+  for (size_t k = 0; k < n; k++) {
+    char *p = pages[k], *o = out + k * PAGE_SIZE;
+    int rc = shadow_demote(p, node, o);
+    if (rc == 0) {
+      for (unsigned a = 0; a < (attempts ? attempts : 1) && rc == 0; a++) {
+        rc = copy_move(p, node, from[k], o);
+        if (rc == 0) counters.aborts++;
+      }
+      if (rc == 1) counters.commits++;
+    }
+    moved[k] = rc == 1;
+    status[k] = rc == 1 ? node : rc == 0 ? -EAGAIN : rc;
+  }
+  window(pages[0], n * PAGE_SIZE, false);
+  protect_moved(pages, n, moved);
+  madvise(out, n * PAGE_SIZE, MADV_DONTNEED); /* the old pages, all at once */
+  /* where the new pages are (the target node, unless it had no room) */
+  int at[STRATA_AGENT_MAX_PAGES];
+  if (nodes_of((void *const *)pages, n, at) == 0)
+    for (size_t k = 0; k < n; k++)
+      if (moved[k]) status[k] = at[k];
 }
 
 size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts, unsigned flags, int32_t *status) {
@@ -348,37 +397,28 @@ size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts
   int where[STRATA_AGENT_MAX_PAGES];
   if (nodes_of(pages, n, where) != 0)
     for (size_t i = 0; i < n; i++) where[i] = -ENOENT;
-  set_preferred(node);
   void *fallback[STRATA_AGENT_MAX_PAGES];
   size_t nfall = 0, fall_at[STRATA_AGENT_MAX_PAGES];
+  bool todo[STRATA_AGENT_MAX_PAGES];
   for (size_t i = 0; i < n; i++) {
-    char *p = pages[i], *stage = staging + i * PAGE_SIZE;
     status[i] = where[i];
-    if (where[i] < 0 || (where[i] == node && !(flags & STRATA_AGENT_FORCE))) continue;
-    if (!_strata_chunk_of(p)) { /* not Strata's memory: not registered here */
+    todo[i] = where[i] >= 0 && (where[i] != node || (flags & STRATA_AGENT_FORCE));
+    if (todo[i] && !_strata_chunk_of(pages[i])) { /* not Strata's memory: not registered here */
+      todo[i] = false;
       fall_at[nfall] = i;
-      fallback[nfall++] = p;
+      fallback[nfall++] = pages[i];
+    }
+  }
+  set_preferred(node);
+  for (size_t i = 0; i < n;) { /* runs of neighbouring pages */
+    if (!todo[i]) {
+      i++;
       continue;
     }
-    int rc = shadow_demote(p, node, stage);
-    if (rc == 0) {
-      /* the copy's page, on the target node (this thread prefers it) */
-      *(volatile char *)stage = 0;
-      int at;
-      void *sp = stage;
-      if (nodes_of(&sp, 1, &at) != 0 || at != node) {
-        status[i] = -ENOMEM;
-        madvise(stage, PAGE_SIZE, MADV_DONTNEED);
-        continue;
-      }
-      for (unsigned k = 0; k < (attempts ? attempts : 1) && rc == 0; k++) {
-        rc = copy_move(p, node, where[i], stage);
-        if (rc == 0) counters.aborts++;
-      }
-      if (rc == 1) counters.commits++;
-      madvise(stage, PAGE_SIZE, MADV_DONTNEED);
-    }
-    status[i] = rc == 1 ? node : rc == 0 ? -EAGAIN : rc;
+    size_t j = i + 1;
+    while (j < n && todo[j] && (char *)pages[j] == (char *)pages[j - 1] + PAGE_SIZE) j++;
+    migrate_run((char *const *)pages + i, j - i, node, where + i, attempts, status + i, spare + i * PAGE_SIZE);
+    i = j;
   }
   set_preferred(-1);
   if (nfall) {

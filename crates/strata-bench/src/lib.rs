@@ -14,10 +14,12 @@
 //! - [`tiering`]: workloads x policies x fast-tier sizes on the emulated machine (the tiering
 //!   engine's benchmark);
 //! - [`daemon`]: the live daemon's CPU against managed memory, and promotion in the guest;
+//! - [`migrate`]: what moving a program's pages costs it, by move_pages and transactionally;
 //! - [`summary`]: the headline figures of every results file, as a document.
 pub mod alloc;
 pub mod daemon;
 pub mod locality;
+pub mod migrate;
 pub mod plot;
 pub mod programs;
 pub mod results;

@@ -2,7 +2,7 @@
 //! side in one run (strata-bench does the measuring).
 use std::path::PathBuf;
 
-use strata_bench::{alloc, daemon, locality, results, summary, tiering, ycsb};
+use strata_bench::{alloc, daemon, locality, migrate, results, summary, tiering, ycsb};
 
 use crate::output::{emit, Output, Save};
 
@@ -79,6 +79,27 @@ pub enum Command {
         #[arg(long)]
         report_ms: Option<u64>,
     },
+    /// Pages of a running program moved between the tiers, by move_pages and transactionally:
+    /// the program's stall per page moved, aborts, copy-free demotions, lost writes (--vm: in
+    /// the two-tier guest on Linux 6.12)
+    Migrate {
+        #[command(flatten)]
+        opts: migrate::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
+    /// The program `bench migrate` moves the pages of: random accesses, each timed and checked
+    #[command(hide = true)]
+    MigrateWorkload {
+        #[arg(long)]
+        bytes: u64,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long, default_value_t = 1)]
+        write_every: u64,
+    },
     /// The headline figures of every saved run (bench/results), as markdown
     Summary {
         /// Where the runs are
@@ -138,6 +159,12 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         Command::DaemonWorkload { bytes, write_fraction, secs, report_ms } => {
             Ok(daemon::workload(bytes, write_fraction, secs, report_ms)?)
         }
+        Command::Migrate { opts, out, save } => {
+            let r = migrate::run(&opts, out.progress("migrate"))?;
+            saved(&save, |d| results::save(d, "migrate", &r), &out)?;
+            out.print(&r, migrate::Report::table)
+        }
+        Command::MigrateWorkload { bytes, threads, write_every } => Ok(migrate::workload(bytes, threads, write_every)?),
         Command::Summary { dir, write } => {
             let text = summary::summarize(&dir)?;
             if write {

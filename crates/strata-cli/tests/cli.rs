@@ -402,3 +402,17 @@ fn ycsb_bench_over_the_network_against_strata_kv_redis_and_memcached() {
         assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
     }
 }
+
+#[test]
+fn bench_migrate_refuses_bad_options_and_a_machine_with_one_tier_says_so() {
+    let (code, _, err) = strata(&["bench", "migrate", "--mechanisms", "mremap"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--mechanisms: mremap?"), "{err}");
+    let (code, _, err) = strata(&["bench", "migrate", "--bytes", "lots"]);
+    assert!(code != 0 && err.contains("--bytes"), "{err}");
+    let tiers = strata_topo::discover_at(std::path::Path::new("/sys"), None).map_or(1, |t| t.tiers.len());
+    if tiers < 2 {
+        let (code, _, err) = strata(&["bench", "migrate", "--secs", "1"]);
+        assert!(code != 0 && err.contains("one tier") && err.contains("--vm"), "{err}");
+    }
+}

@@ -606,3 +606,30 @@ fn guest612_daemon_with_the_transactional_mover_promotes_through_the_agent() {
     let commits = writer["agent"]["commits"].as_u64().unwrap_or_else(|| panic!("no agent: {writer}"));
     assert!(commits >= pages * 9 / 10, "promoted by the agent's commits: {writer}");
 }
+
+/// `strata bench migrate --vm`, short: both mechanisms move pages of both programs, the
+/// transactional rows through the agent, and no program loses a write.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest612_bench_migrate_moves_by_both_mechanisms_and_loses_no_write() {
+    if guest_available().is_none() {
+        return;
+    }
+    let out = strata()
+        .args(["bench", "migrate", "--vm", "--secs", "2", "--baseline-secs", "1", "--bytes", "8M", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{r}");
+    for row in rows {
+        assert_eq!(row["lost_writes"], 0, "{row}");
+        assert!(row["words_checked"].as_u64() > Some(0) && row["pages_moved"].as_u64() > Some(0), "{row}");
+        if row["mechanism"] == "transactional" {
+            assert!(row["agent"]["commits"].as_u64() > Some(0), "{row}");
+        }
+    }
+    assert!(r["machine"].as_str().unwrap().contains("6.12"), "{r}");
+}
