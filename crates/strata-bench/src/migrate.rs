@@ -318,16 +318,17 @@ fn access_loop(
         let p = (x % pages as u64) as usize;
         let word = &buf[skip + p * WORDS + t];
         n += 1;
+        let write = n.is_multiple_of(write_every);
         let start = Instant::now();
         let v = word.load(Ordering::Relaxed);
-        if n % write_every == 0 {
+        if write {
             word.store(v + 1, Ordering::Relaxed);
         }
         let ns = start.elapsed().as_nanos() as u64;
         if v != a.last[p] {
             a.lost += 1;
         }
-        if n % write_every == 0 {
+        if write {
             a.last[p] = v + 1;
         }
         let ph = phase.load(Ordering::Relaxed).min(1);
