@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::results::{Measured, Saved};
 use strata_util::io;
 
-use crate::{alloc, daemon, failed, locality, tiering, ycsb, Error};
+use crate::{alloc, daemon, failed, locality, migrate, tiering, ycsb, Error};
 
 /// Every results file under dir, sorted.
 fn files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
@@ -258,6 +258,43 @@ fn daemon_table(s: &mut String, r: &daemon::Report) {
     s.push('\n');
 }
 
+fn migrate_table(s: &mut String, r: &migrate::Report) {
+    let _ = writeln!(
+        s,
+        "| program | mechanism | pages moved | moves/s | aborts | copy-free demotions | stall per page (µs) | throughput while moving | lost writes |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for x in &r.rows {
+        let (aborts, nocopy) = x
+            .agent
+            .map_or(("-".to_string(), "-".to_string()), |a| (a.aborts.to_string(), a.shadow_demotions.to_string()));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.0} % | {} |",
+            x.program,
+            x.mechanism,
+            x.pages_moved,
+            x.moves_per_s,
+            aborts,
+            nocopy,
+            x.stall_us_per_page,
+            x.throughput_ratio * 100.0,
+            x.lost_writes
+        );
+    }
+    let buffer = r.rows.first().map_or(0, |x| x.buffer_bytes);
+    let _ = writeln!(
+        s,
+        "\nEvery page of a {} buffer moved back and forth while the program runs; {}, {} thread(s).",
+        strata_util::size::format(buffer),
+        r.machine,
+        r.threads
+    );
+    for (program, ratio) in &r.stall_ratio {
+        let _ = writeln!(s, "{program}: transactional's stall per page is {ratio:.2}x move_pages'.");
+    }
+    s.push('\n');
+}
+
 /// The document, from every results file under dir.
 pub fn summarize(dir: &Path) -> Result<String, Error> {
     let mut s = String::from(
@@ -309,6 +346,11 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 let r: Saved<daemon::Report> = parse(&path, v)?;
                 header(&mut s, &r.measured, "The live daemon (native CPU; promotion in the guest)", &path, dir);
                 daemon_table(&mut s, &r.report);
+            }
+            "migrate" => {
+                let r: Saved<migrate::Report> = parse(&path, v)?;
+                header(&mut s, &r.measured, "Moving a running program's pages (move_pages, transactional)", &path, dir);
+                migrate_table(&mut s, &r.report);
             }
             "emu-validate" => {
                 let r: Saved<strata_emu::validate::Report> = parse(&path, v)?;

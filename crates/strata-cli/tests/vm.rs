@@ -633,3 +633,43 @@ fn guest612_bench_migrate_moves_by_both_mechanisms_and_loses_no_write() {
     }
     assert!(r["machine"].as_str().unwrap().contains("6.12"), "{r}");
 }
+
+/// Shadows under pressure: a hot set that is only read is promoted through the agent and keeps
+/// its shadows on the slow node (nothing writes them stale); when another program fills the
+/// slow node to under 5 % free, the daemon has the agent drop them, and that program runs.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest612_daemon_reclaims_shadows_when_the_slow_node_runs_short() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (code, out) = daemon_guest_on(
+        Some("6.12"),
+        &daemon_files(),
+        "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
+         strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+         sleep 1; $W 64 45 1 read > /tmp/a.out & A=$!\n\
+         sleep 15; strata stats --json > /tmp/s1.json\n\
+         SLOW_MB=$(( $(awk '/MemFree/ {print $4}' /sys/devices/system/node/node1/meminfo) / 1024 ))\n\
+         $W $((SLOW_MB - 30)) 10 > /tmp/b.out; echo b=$?\n\
+         strata stats --json > /tmp/s2.json\n\
+         wait $A; echo a=$?; kill $D; wait $D; echo daemon=$?\n\
+         echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
+         echo ==A==; cat /tmp/a.out; echo ==B==; cat /tmp/b.out; echo ==S1==; cat /tmp/s1.json; echo ==S2==; cat /tmp/s2.json",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("a=0") && out.contains("b=0") && out.contains("daemon=0"), "{out}");
+    assert!(out.contains("oom=0"), "{out}");
+    assert!(section(&out, "A").contains("verified") && section(&out, "B").contains("verified"), "{out}");
+    let agent = |mark: &str| {
+        let s: serde_json::Value = serde_json::from_str(section(&out, mark)).unwrap();
+        let d = s["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{s}")).clone();
+        let a = d.iter().find(|p| p["command"] == "hot_writer").unwrap_or_else(|| panic!("{s}"))["agent"].clone();
+        assert!(a.is_object(), "no agent: {s}");
+        a
+    };
+    let (before, after) = (agent("S1"), agent("S2"));
+    let pages = 64 * 256;
+    assert!(before["shadows"].as_u64() >= Some(pages * 9 / 10), "promoted, with shadows: {before}");
+    assert!(after["shadows_dropped"].as_u64() >= Some(pages * 9 / 10), "reclaimed: {after}");
+}
