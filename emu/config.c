@@ -28,7 +28,7 @@
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \
     .tpp_promote_mbps = 65536, .tpp_wmark_low = 0.01, .tpp_wmark_high = 0.02,            \
-    .scan_ns = 25,                                                                      \
+    .tx_user_ns = 5000, .tx_wp_fault_ns = 1000, .scan_ns = 25,                          \
     .preset = "m2t",                                                                    \
   }
 
@@ -94,7 +94,8 @@ static const setting_t settings[] = {
     S("migrate_ns", T_DOUBLE, migrate_ns, "ns", "per moved page: unmap, fault, remap (the copy is extra)"),
     S("copy_mbps", T_DOUBLE, copy_mbps, "MB/s", "one thread's page copy, capped by the tiers' bandwidth"),
     S("shootdown_ns", T_DOUBLE, shootdown_ns, "ns", "a TLB shootdown (one per batch of moves)"),
-    S("kernel", T_INT, kernel, "mode", "emulated kernel: 0 first touch only, 1 tpp"),
+    S("kernel", T_INT, kernel, "mode", "emulated kernel: 0 first touch only, 1 tpp, 2 nomad (tpp with "
+      "Nomad's transactional promotion and shadows)"),
     S("tpp_scan_period_ns", T_DOUBLE, tpp_scan_period_ns, "ns",
       "tpp: period of the hint-fault scanner (the kernel's numa_balancing: 1 s)"),
     S("tpp_scan_bytes", T_U64, tpp_scan_bytes, "bytes", "tpp: address space marked per scan (kernel: 256 MiB)"),
@@ -103,6 +104,13 @@ static const setting_t settings[] = {
     S("tpp_wmark_low", T_DOUBLE, tpp_wmark_low, "fraction",
       "tpp: demotion starts when the fast tier's free share falls below this"),
     S("tpp_wmark_high", T_DOUBLE, tpp_wmark_high, "fraction", "tpp: ... and stops when it is back at this"),
+    S("tx_user_ns", T_DOUBLE, tx_user_ns, "ns",
+      "Strata's transactional mover (libstrata's agent), per page besides its two copies and the "
+      "TLB shootdown: its system calls (libstrata's agent committed a page every 6.2 us on an AMD "
+      "EPYC host, copies included)"),
+    S("tx_wp_fault_ns", T_DOUBLE, tx_wp_fault_ns, "ns",
+      "... the first write to a page it moved (asynchronous write-protect, about 1 us; nomad "
+      "charges a hint fault's)"),
     S("sample_period", T_U64, sample_period, "misses", "LLC misses per sample (0: no sampling)"),
     S("scan_ns", T_DOUBLE, scan_ns, "ns",
       "an engine's page walk, per page read and cleared (background time, as a kernel walker's)"),
@@ -140,7 +148,9 @@ static const struct {
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
-const char *emu_kernel_name(int kernel) { return kernel == KERNEL_TPP ? "tpp" : "none"; }
+const char *emu_kernel_name(int kernel) {
+  return kernel == KERNEL_TPP ? "tpp" : kernel == KERNEL_NOMAD ? "nomad" : "none";
+}
 
 /* ---- parsing ----------------------------------------------------------------------------- */
 
@@ -247,9 +257,9 @@ static int check(const emu_config_t *c, char *err, size_t errlen) {
   }
   if (c->mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
     return fail(err, errlen, "mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
-  if (c->kernel != KERNEL_NONE && c->kernel != KERNEL_TPP)
-    return fail(err, errlen, "kernel must be 0 (none) or 1 (tpp):", "kernel", 6);
-  if (c->kernel == KERNEL_TPP && c->tpp_scan_period_ns <= 0)
+  if (c->kernel != KERNEL_NONE && c->kernel != KERNEL_TPP && c->kernel != KERNEL_NOMAD)
+    return fail(err, errlen, "kernel must be 0 (none), 1 (tpp) or 2 (nomad):", "kernel", 6);
+  if (c->kernel != KERNEL_NONE && c->tpp_scan_period_ns <= 0)
     return fail(err, errlen, "tpp needs a positive scan period:", "tpp_scan_period_ns", 18);
   /* every cache and TLB splits into whole sets of its ways (an LLC of 1M with 15 ways does
    * not); l2, llc and stlb may be 0 (absent), l1 and the DTLB may not */

@@ -327,8 +327,11 @@ static __attribute__((noinline)) void access_slow(emu_thread_t *t, uintptr_t add
   uint64_t vpn = addr >> EMU_PAGE_SHIFT;
   pte_t *pte = vpn == t->last_vpn ? t->last_pte : translate(t, addr, vpn);
   uint8_t want = access_bits(store);
-  if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want)
-    atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
+  if ((atomic_load_explicit(&pte->flags, memory_order_relaxed) & want) != want) {
+    uint8_t old = atomic_fetch_or_explicit(&pte->flags, want, memory_order_relaxed);
+    if (store && unlikely(old & (PTE_INFLIGHT | PTE_SHADOW))) emu_tx_written(t, pte, old);
+  }
+  t->tx_grace = NULL;
   if (line == t->last_line) {
     count_l1_hit(t, pte);
     return;

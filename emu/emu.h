@@ -55,7 +55,7 @@ __attribute__((noreturn)) void emu_die(const char *msg);
 
 /* ---- config.c: every setting in one table (key, unit, doc), the presets ----------------- */
 
-enum { KERNEL_NONE = 0, KERNEL_TPP = 1 };
+enum { KERNEL_NONE = 0, KERNEL_TPP = 1, KERNEL_NOMAD = 2 };
 
 typedef struct emu_config_s {
   int nnodes;                       /* emulated nodes; node 0 is in the fastest tier, with the CPUs */
@@ -77,12 +77,14 @@ typedef struct emu_config_s {
   double migrate_ns;                /* per moved page: unmap, fault, remap (copy extra) */
   double copy_mbps;                 /* one thread's copy speed, capped by the tiers' */
   double shootdown_ns;              /* per TLB shootdown (one per move batch) */
-  int kernel;                       /* KERNEL_NONE / KERNEL_TPP */
+  int kernel;                       /* KERNEL_NONE / KERNEL_TPP / KERNEL_NOMAD */
   double tpp_scan_period_ns;        /* numa_balancing scan period (kernel: 1000 ms) */
   uint64_t tpp_scan_bytes;          /* address space marked per scan (kernel: 256 MiB) */
   double tpp_hint_fault_ns;         /* cost of a hint fault */
   double tpp_promote_mbps;          /* promotion rate limit (kernel: 65536 MB/s) */
   double tpp_wmark_low, tpp_wmark_high; /* fast-tier free fractions: demote below low up to high */
+  double tx_user_ns;                /* Strata's transactional mover: user-space cost per page */
+  double tx_wp_fault_ns;            /* ... and of a first write to a page it write-protected */
   double scan_ns;                   /* an engine's walk: per page read (and cleared) */
   uint64_t sample_period;           /* LLC misses per sample, 0 = off */
   char preset[32];                  /* the preset's name, for the report */
@@ -149,6 +151,8 @@ typedef struct emu_thread_s {
   /* hot: the last line and page this thread touched */
   uint64_t last_line, last_vpn, last_tlb_key;
   struct pte_s *last_pte;
+  struct pte_s *tx_grace;          /* nomad: the page this access's hint fault queued (its own
+                                    * store must not abort the move) */
   uint64_t gen;                     /* TLB shootdown generation seen */
   uint64_t clock_ps;
   uint64_t epoch_end_ps;
@@ -187,7 +191,12 @@ typedef struct pte_s {
   _Atomic uint8_t flags;            /* STRATA_EMU_* plus the private bits below */
   uint16_t policy;                  /* index of its bind policy (memory.c), 0 = default */
 } pte_t;
-enum { PTE_REFERENCED = 16 };       /* tpp: a hint fault already saw this page */
+enum {
+  PTE_REFERENCED = 16,              /* tpp: a hint fault already saw this page */
+  PTE_INFLIGHT = 32,                /* a transactional move is copying it: a write aborts it */
+  PTE_SHADOW = 64,                  /* promoted transactionally, unwritten since: its old page is
+                                     * still on the slow node (a write drops it) */
+};
 
 /* the page table's radix tree */
 #define EMU_LEAF_BITS 18
@@ -210,6 +219,10 @@ void emu_kernel_tick(emu_thread_t *t);  /* the kernel mode's and the engine's pe
 int emu_bind(uintptr_t start, size_t len, uint64_t nodemask, int mode);
 int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
                    int async);
+/* A store found PTE_INFLIGHT or PTE_SHADOW set on the page it wrote (core.c's slow path). */
+void emu_tx_written(emu_thread_t *t, pte_t *pte, uint8_t old_flags);
+uint64_t emu_tx_counter(int which); /* commits, aborts, shadow demotions, shadows held, shadows
+                                     * written over, shadows reclaimed */
 extern _Atomic uint64_t emu_tlb_gen;  /* TLB shootdown generation */
 extern _Atomic uint64_t emu_resident[EMU_MAX_NODES];
 extern uint64_t emu_peak_resident;

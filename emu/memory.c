@@ -10,7 +10,13 @@
  * unmap + copy + TLB shootdown. The tpp kernel mode: a periodic scanner protects slow-tier pages
  * so the next access takes a hint fault; a page faulted twice is promoted at once (rate
  * limited); when the fast tier's free memory falls below a watermark, pages not accessed since
- * the last pass (a clock) are demoted in the background. */
+ * the last pass (a clock) are demoted in the background. The nomad kernel mode is tpp with
+ * Nomad's transactional migration (seed 004): a promotion is queued for a background copy while
+ * the page stays in use, committed only if no store hit it meanwhile, and keeps the old page as
+ * a shadow on the slow node until the page is written; a demotion of a page with a shadow is a
+ * remap, no copy; shadows are reclaimed before a slow node refuses a page. Strata's own
+ * transactional mover (strata_emu_move with STRATA_EMU_MOVE_TRANSACTIONAL) uses the same queue
+ * and shadows, with libstrata's agent's costs. */
 #include "emu.h"
 
 #include <errno.h>
@@ -32,16 +38,25 @@ uint64_t emu_next_tick_ps = UINT64_MAX;
 static uint64_t tpp_next_ps = UINT64_MAX; /* the tpp scanner's next pass */
 static int node_order[EMU_MAX_NODES] = {0, 1, 2, 3, 4, 5, 6, 7}; /* nearest first (set by emu_memory_init) */
 
-/* The next periodic work of any kind: the tpp scanner's or the engine's. */
+/* The kernel modes with tpp's scanner, hint faults and demotion. */
+static int tpp_like(void) { return emu_cfg.kernel == KERNEL_TPP || emu_cfg.kernel == KERNEL_NOMAD; }
+
+static uint64_t tx_next_ps(void); /* the next transactional commit due (UINT64_MAX: none) */
+
+/* The next periodic work of any kind: the tpp scanner's, a commit's or the engine's. */
 static void next_tick_update(void) {
-  emu_next_tick_ps = tpp_next_ps < emu_engine_next_ps ? tpp_next_ps : emu_engine_next_ps;
+  uint64_t next = tpp_next_ps < emu_engine_next_ps ? tpp_next_ps : emu_engine_next_ps;
+  uint64_t tx = tx_next_ps();
+  emu_next_tick_ps = tx < next ? tx : next;
 }
 
 void emu_memory_init(void) {
   emu_node_order(&emu_cfg, node_order);
-  tpp_next_ps = emu_cfg.kernel == KERNEL_TPP ? (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns) : UINT64_MAX;
+  tpp_next_ps = tpp_like() ? (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns) : UINT64_MAX;
   next_tick_update();
 }
+
+static void shadow_free(void); /* a shadow's page is freed (its node: shadow_node()) */
 
 pte_t *emu_pte_make(uint64_t vpn) {
   pte_t *p = emu_pte(vpn);
@@ -71,8 +86,9 @@ void emu_unmap(uintptr_t start, size_t len) {
       v |= EMU_LEAF_ENTRIES - 1; /* no leaf: skip to the next one */
       continue;
     }
-    if (atomic_load(&p->flags) & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
-    atomic_store(&p->flags, 0);
+    uint8_t f = atomic_exchange(&p->flags, 0);
+    if (f & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
+    if (f & PTE_SHADOW) shadow_free();
     p->accesses = 0;
     p->policy = 0;
   }
@@ -96,8 +112,8 @@ void emu_remap(uintptr_t old, size_t old_len, uintptr_t new, size_t new_len) {
     to->node = from->node;
     to->accesses = from->accesses;
     to->policy = from->policy;
-    atomic_store(&to->flags, atomic_load(&from->flags));
-    atomic_store(&from->flags, 0);
+    /* a copy in flight was of the old address: abandoned (its shadow, if any, moves along) */
+    atomic_store(&to->flags, (uint8_t)(atomic_exchange(&from->flags, 0) & ~PTE_INFLIGHT));
     from->accesses = 0;
     from->policy = 0;
   }
@@ -116,7 +132,13 @@ static policy_t policies[256] = {{0, POL_DEFAULT}};
 static int npolicies = 1;
 
 static uint64_t cap_pages(int n) { return emu_cfg.cap_bytes[n] / PAGE; }
-static int has_room(int n) { return atomic_load(&emu_resident[n]) < cap_pages(n); }
+static uint64_t reclaim_shadows(int node, uint64_t want);
+
+/* Room for one more page on node n: shadows on it go first (mem_lock held). */
+static int has_room(int n) {
+  if (atomic_load(&emu_resident[n]) < cap_pages(n)) return 1;
+  return reclaim_shadows(n, 64) > 0 && atomic_load(&emu_resident[n]) < cap_pages(n);
+}
 
 /* mode: 0 preferred, 1 bind, 2 interleave (libstrata's BIND_PREFERRED / BIND_STRICT, and
  * interleave for other callers). */
@@ -241,6 +263,8 @@ static uint64_t copy_ps(int from, int to) {
 /* Move one present page (mem_lock held); returns the cost in ps, which the caller charges. */
 static uint64_t move_one(pte_t *p, int to) {
   int from = p->node;
+  uint8_t f = atomic_fetch_and(&p->flags, (uint8_t)~(PTE_SHADOW | PTE_INFLIGHT));
+  if (f & PTE_SHADOW) shadow_free(); /* moved by copy: the old page is a stale shadow now */
   atomic_fetch_sub(&emu_resident[from], 1);
   atomic_fetch_add(&emu_resident[to], 1);
   p->node = (uint8_t)to;
@@ -287,6 +311,9 @@ static void charge_shootdown(emu_thread_t *t, int async) {
   }
 }
 
+static int tx_start(emu_thread_t *t, uint64_t vpn, pte_t *pte, int to, int user);
+static uint64_t shadow_demote(pte_t *p, int to);
+
 int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
                    int async) {
   uint64_t vpns[SD_PAGES];
@@ -303,6 +330,18 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
       status[i] = to;
     } else if (!has_room(to)) {
       status[i] = -ENOMEM;
+    } else if (async == STRATA_EMU_MOVE_TRANSACTIONAL) {
+      /* a clean page with a shadow there goes down by remap; any other is copied while in use
+       * and committed later if not written (its status: where it is going) */
+      uint64_t remap = shadow_demote(p, to);
+      if (remap) {
+        atomic_fetch_add(&emu_bg_ps, remap + (uint64_t)emu_ps(emu_cfg.tx_user_ns));
+        atomic_fetch_add(&bg_moved, 1);
+        atomic_fetch_add(&bg_demoted, 1);
+        if (moved < SD_PAGES) vpns[moved] = (uintptr_t)pages[i] / PAGE;
+        moved++;
+      }
+      status[i] = remap || tx_start(t, (uintptr_t)pages[i] / PAGE, p, to, 1) == 0 ? to : -EBUSY;
     } else {
       int from = p->node;
       charge(t, async, move_one(p, to), from, to, 1);
@@ -315,6 +354,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
     emu_shootdown(vpns, moved);
     charge_shootdown(t, async);
   }
+  next_tick_update(); /* commits queued */
   pthread_mutex_unlock(&mem_lock);
   return 0;
 }
@@ -349,6 +389,165 @@ static pte_t *hand_take(hand_t *h, size_t *leaves, size_t max_leaves) {
   return NULL;
 }
 
+/* ---- transactional moves and shadows (nomad; Strata's transactional mover) ------------------ */
+
+static void demote_cold(void);
+
+/* A queued move: its copy starts at start_ps (the page's dirty bit is cleared then, and
+ * PTE_INFLIGHT set) and it commits at commit_ps unless a store hit the page in between (which
+ * clears PTE_INFLIGHT). Copies go one after another, as one background thread's would
+ * (kpromote, or libstrata's agent). */
+typedef struct {
+  uint64_t vpn, start_ps, commit_ps;
+  int8_t to;
+} tx_t;
+#define TX_MAX 65536
+static tx_t txq[TX_MAX];
+static size_t tx_head, tx_len, tx_started; /* mem_lock; the first tx_started entries have started */
+static uint64_t tx_free_ps;                /* when the copying thread is free */
+static _Atomic uint64_t tx_commits, tx_aborts, tx_shadow_demotions, tx_shadows, tx_shadows_written,
+    tx_shadows_reclaimed;
+
+uint64_t emu_tx_counter(int which) {
+  _Atomic uint64_t *c[] = {&tx_commits,  &tx_aborts,          &tx_shadow_demotions,
+                           &tx_shadows,  &tx_shadows_written, &tx_shadows_reclaimed};
+  return atomic_load(c[which]);
+}
+
+static tx_t *tx_at(size_t k) { return &txq[(tx_head + k) % TX_MAX]; }
+
+static uint64_t tx_next_ps(void) {
+  if (!tx_len) return UINT64_MAX;
+  uint64_t commit = txq[tx_head].commit_ps;
+  return tx_started < tx_len && tx_at(tx_started)->start_ps < commit ? tx_at(tx_started)->start_ps : commit;
+}
+
+/* Where shadows live: the node a demotion from the fast tier goes to (the nearest node of a
+ * slower tier, Linux's demotion target; Nomad keeps shadows between adjacent tiers only). */
+static int shadow_node(void) {
+  for (int k = 0; k < emu_cfg.nnodes; k++)
+    if (emu_cfg.tier[node_order[k]] > 0) return node_order[k];
+  return -1;
+}
+
+static void shadow_free(void) {
+  int n = shadow_node();
+  if (n >= 0) atomic_fetch_sub(&emu_resident[n], 1);
+  atomic_fetch_sub(&tx_shadows, 1);
+}
+
+/* Free up to `want` shadows on node (a slow node short of room), with a hand over the page
+ * table; how many were freed. mem_lock held. */
+static hand_t reclaim_hand;
+static uint64_t reclaim_shadows(int node, uint64_t want) {
+  if (node != shadow_node() || !atomic_load(&tx_shadows)) return 0;
+  uint64_t freed = 0;
+  pte_t *p;
+  for (size_t leaves = 0; freed < want && (p = hand_take(&reclaim_hand, &leaves, EMU_TOP_ENTRIES + 1));) {
+    if (!(atomic_fetch_and(&p->flags, (uint8_t)~PTE_SHADOW) & PTE_SHADOW)) continue;
+    shadow_free();
+    freed++;
+  }
+  atomic_fetch_add(&tx_shadows_reclaimed, freed);
+  return freed;
+}
+
+/* The background time of one transactional move: nomad's kernel copy (tpp's move cost and a
+ * second shootdown: the dirty bit cleared before the copy, the page unmapped to commit), or
+ * Strata's agent's (its system calls, a copy in and one out, and the shootdown of its move-out). */
+static uint64_t tx_cost_ps(int user, int from, int to) {
+  if (user) return (uint64_t)emu_ps(emu_cfg.tx_user_ns + emu_cfg.shootdown_ns) + 2 * copy_ps(from, to);
+  return (uint64_t)emu_ps(emu_cfg.migrate_ns + 2 * emu_cfg.shootdown_ns) + copy_ps(from, to);
+}
+
+/* The copy of a queued move starts: from here a store to the page aborts it. */
+static void tx_begin(tx_t *e) {
+  pte_t *p = emu_pte(e->vpn);
+  if (!p) return;
+  atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_DIRTY);
+  atomic_fetch_or(&p->flags, (uint8_t)PTE_INFLIGHT);
+}
+
+/* Queue a transactional move of the page at vpn to node `to` (mem_lock held), charged to the
+ * background; its copy starts when the copying thread is free (at once if it is). 0, or -EBUSY
+ * when the queue is full. */
+static int tx_start(emu_thread_t *t, uint64_t vpn, pte_t *pte, int to, int user) {
+  if (tx_len == TX_MAX) return -EBUSY;
+  int from = pte->node;
+  uint64_t cost = tx_cost_ps(user, from, to), now = t ? t->clock_ps : tx_free_ps;
+  uint64_t start = tx_free_ps > now ? tx_free_ps : now;
+  tx_free_ps = start + cost;
+  tx_t *e = tx_at(tx_len++);
+  *e = (tx_t){vpn, start, tx_free_ps, (int8_t)to};
+  if (tx_started == tx_len - 1 && start <= now) {
+    tx_begin(e);
+    tx_started++;
+  }
+  atomic_fetch_add(&emu_bg_ps, cost);
+  atomic_fetch_add(&emu_bg_bytes[from], PAGE);
+  atomic_fetch_add(&emu_bg_bytes[to], PAGE);
+  return 0;
+}
+
+/* Start the copies due by `now`, and commit every started move due whose page no store hit
+ * (mem_lock held). A promotion from the shadow node keeps the old page there as the page's
+ * shadow. */
+static void tx_commit_due(uint64_t now) {
+  for (; tx_started < tx_len && tx_at(tx_started)->start_ps <= now; tx_started++) tx_begin(tx_at(tx_started));
+  while (tx_len && tx_started && txq[tx_head].commit_ps <= now) {
+    tx_t e = txq[tx_head];
+    tx_head = (tx_head + 1) % TX_MAX;
+    tx_len--;
+    tx_started--;
+    pte_t *p = emu_pte(e.vpn);
+    if (!p || !(atomic_fetch_and(&p->flags, (uint8_t)~PTE_INFLIGHT) & PTE_INFLIGHT)) continue; /* aborted */
+    int from = p->node;
+    if (!(atomic_load(&p->flags) & STRATA_EMU_PRESENT) || from == e.to) continue;
+    if (!has_room(e.to) && e.to == 0 && tpp_like()) demote_cold();
+    if (!has_room(e.to)) continue; /* no room after all: tried again later */
+    int shadow = e.to < from && from == shadow_node();
+    atomic_fetch_add(&emu_resident[e.to], 1);
+    if (shadow) {
+      atomic_fetch_or(&p->flags, (uint8_t)PTE_SHADOW); /* the old page stays, counted on its node */
+      atomic_fetch_add(&tx_shadows, 1);
+    } else {
+      atomic_fetch_sub(&emu_resident[from], 1);
+    }
+    p->node = (uint8_t)e.to;
+    atomic_fetch_add(&tx_commits, 1);
+    atomic_fetch_add(&bg_moved, 1);
+    atomic_fetch_add(e.to < from ? &bg_promoted : &bg_demoted, 1);
+    atomic_fetch_add(&bg_shootdowns, 1);
+    emu_shootdown(&e.vpn, 1);
+  }
+}
+
+void emu_tx_written(emu_thread_t *t, pte_t *pte, uint8_t old) {
+  if (t->tx_grace == pte) { /* the store that took the hint fault: before the copy starts */
+    atomic_fetch_and(&pte->flags, (uint8_t)~STRATA_EMU_DIRTY);
+    return;
+  }
+  if ((old & PTE_INFLIGHT) && (atomic_fetch_and(&pte->flags, (uint8_t)~PTE_INFLIGHT) & PTE_INFLIGHT))
+    atomic_fetch_add(&tx_aborts, 1); /* written while copied: the copy is thrown away */
+  if ((old & PTE_SHADOW) && (atomic_fetch_and(&pte->flags, (uint8_t)~PTE_SHADOW) & PTE_SHADOW)) {
+    shadow_free(); /* the fast page is the only up-to-date one now */
+    atomic_fetch_add(&tx_shadows_written, 1);
+    /* the write-protect fault that told (nomad: a page fault; Strata: asynchronous mode) */
+    t->clock_ps += (uint64_t)emu_ps(emu_cfg.kernel == KERNEL_NOMAD ? emu_cfg.tpp_hint_fault_ns : emu_cfg.tx_wp_fault_ns);
+  }
+}
+
+/* Demote a page by remapping it onto its shadow, if it has one on `to` (mem_lock held): the
+ * background cost, or 0 when it has none. */
+static uint64_t shadow_demote(pte_t *p, int to) {
+  if (to != shadow_node() || !(atomic_fetch_and(&p->flags, (uint8_t)~PTE_SHADOW) & PTE_SHADOW)) return 0;
+  atomic_fetch_sub(&emu_resident[p->node], 1); /* the fast page is freed; the shadow is counted */
+  atomic_fetch_sub(&tx_shadows, 1);
+  p->node = (uint8_t)to;
+  atomic_fetch_add(&tx_shadow_demotions, 1);
+  return (uint64_t)emu_ps(emu_cfg.migrate_ns);
+}
+
 /* ---- tpp: demotion (kswapd) ------------------------------------------------------------------ */
 
 static hand_t clock_hand;
@@ -374,7 +573,8 @@ static void demote_cold(void) {
       atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
       continue;
     }
-    ps += move_one(p, to);
+    uint64_t remap = shadow_demote(p, to); /* nomad: a clean page with a shadow, no copy */
+    ps += remap ? remap : move_one(p, to);
     demoted++;
   }
   if (demoted) {
@@ -385,7 +585,7 @@ static void demote_cold(void) {
 }
 
 static void maybe_demote(void) {
-  if (emu_cfg.kernel != KERNEL_TPP) return;
+  if (!tpp_like()) return;
   uint64_t cap = cap_pages(0), res = atomic_load(&emu_resident[0]);
   if (res + (uint64_t)((double)cap * emu_cfg.tpp_wmark_low) > cap) demote_cold();
 }
@@ -430,12 +630,14 @@ static void scan(void) {
 }
 
 void emu_kernel_tick(emu_thread_t *t) {
-  if (emu_cfg.kernel == KERNEL_TPP && t->clock_ps >= tpp_next_ps && !pthread_mutex_trylock(&mem_lock)) {
-    if (t->clock_ps >= tpp_next_ps) {
+  int due = (tpp_like() && t->clock_ps >= tpp_next_ps) || tx_next_ps() <= t->clock_ps;
+  if (due && !pthread_mutex_trylock(&mem_lock)) {
+    if (tpp_like() && t->clock_ps >= tpp_next_ps) {
       uint64_t period = (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns);
       while (tpp_next_ps <= t->clock_ps) tpp_next_ps += period;
       scan();
     }
+    tx_commit_due(t->clock_ps);
     pthread_mutex_unlock(&mem_lock);
   }
   emu_engine_tick(t); /* without mem_lock: the engine calls back into strata_emu_move */
@@ -457,7 +659,17 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
     atomic_fetch_or(&pte->flags, (uint8_t)PTE_REFERENCED); /* first sighting: now active */
   } else if (from != 0 && t->clock_ps >= promote_tokens_ps) {
     if (!has_room(0)) demote_cold(); /* kswapd could not keep up: reclaim now */
-    if (has_room(0)) {
+    if (emu_cfg.kernel == KERNEL_NOMAD) {
+      /* queued for kpromote's transactional copy: the thread goes on at once */
+      promoted = tx_start(t, vpn, pte, 0, 0) == 0;
+      if (promoted) {
+        t->tx_grace = pte;
+        atomic_fetch_and(&pte->flags, (uint8_t)~PTE_REFERENCED);
+        uint64_t gap = (uint64_t)emu_ps((double)PAGE * 1000.0 / emu_cfg.tpp_promote_mbps);
+        promote_tokens_ps = (promote_tokens_ps > t->clock_ps ? promote_tokens_ps : t->clock_ps) + gap;
+        next_tick_update();
+      }
+    } else if (has_room(0)) {
       charge(t, 0, move_one(pte, 0), from, 0, 1);
       atomic_fetch_and(&pte->flags, (uint8_t)~PTE_REFERENCED);
       /* the promotion consumed rate-limit budget: a page per PAGE/rate seconds */

@@ -66,6 +66,11 @@ __attribute__((destructor)) static void report(void) {
                    (unsigned long long)emu_bg_counter(1), (unsigned long long)emu_bg_counter(2),
                    (unsigned long long)emu_bg_counter(3), (unsigned long long)(atomic_load(&emu_scan_ps) / 1000),
                    (unsigned long long)emu_walked_pages());
+  _strata_json_put(&o, " \"transactional\": {\"commits\": %llu, \"aborts\": %llu, \"shadow_demotions\": %llu, "
+                       "\"shadows\": %llu, \"shadows_written\": %llu, \"shadows_reclaimed\": %llu},\n",
+                   (unsigned long long)emu_tx_counter(0), (unsigned long long)emu_tx_counter(1),
+                   (unsigned long long)emu_tx_counter(2), (unsigned long long)emu_tx_counter(3),
+                   (unsigned long long)emu_tx_counter(4), (unsigned long long)emu_tx_counter(5));
   _strata_json_put(&o, " \"nodes\": [");
   for (int n = 0; n < emu_cfg.nnodes; n++)
     _strata_json_put(&o, "%s{\"node\": %d, \"resident_pages\": %llu, \"capacity_pages\": %llu, \"memory_accesses\": %llu}",

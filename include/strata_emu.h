@@ -48,8 +48,13 @@ STRATA_EMU_API int strata_emu_node_of(const void *p);
 STRATA_EMU_API int strata_emu_residency(uint64_t *pages, int n);
 
 /* Move pages to nodes (status[i]: the node, or -errno). With async = 0 the calling thread is
- * charged the unmap, copy and TLB shootdown; with async != 0 a background budget is (as a
- * daemon's mover thread would be), and the copy still takes bandwidth from both tiers. */
+ * charged the unmap, copy and TLB shootdown; with async = 1 a background budget is (as a
+ * daemon's mover thread would be), and the copy still takes bandwidth from both tiers. With
+ * async = STRATA_EMU_MOVE_TRANSACTIONAL, as libstrata's agent moves (docs/migration.md): in the
+ * background, each page copied while it stays in use and committed later only if no store hit
+ * it meanwhile (its status is where it is going; -EBUSY: already being copied), promotions
+ * keeping the old page as a shadow that a clean demotion remaps. */
+enum { STRATA_EMU_MOVE_TRANSACTIONAL = 2 };
 STRATA_EMU_API int strata_emu_move(void *const *pages, size_t n, const int *nodes, int *status,
                                    int async);
 

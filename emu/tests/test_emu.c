@@ -402,6 +402,108 @@ static void test_tpp(void) {
   emu_memory_init();
 }
 
+/* Let simulated time pass by `ns`, going through the translate path (where due work runs). */
+static void pass_time(int64_t ns) {
+  static volatile char *spin;
+  if (!spin) spin = fresh(2 * PAGE);
+  int64_t until = c("sim_ns") + ns;
+  for (int k = 0; c("sim_ns") < until; k++) (void)spin[(k % 2) * PAGE + (k % 64) * 64];
+}
+
+/* Transactional moves (the engine's transactional mover; the nomad mode queues the same way):
+ * a promotion commits after its copy and keeps a shadow; a clean demotion remaps it; a write
+ * drops it; a store during the copy aborts; shadows are reclaimed when their node is full. */
+static void test_transactional(void) {
+  volatile char *p = fresh(8 * PAGE);
+  void *pages[8];
+  int st[8], slow[8] = {1, 1, 1, 1, 1, 1, 1, 1}, fast[8] = {0};
+  for (int i = 0; i < 8; i++) {
+    p[i * PAGE] = (char)i;
+    pages[i] = (void *)(p + i * PAGE);
+  }
+  CHECK(strata_emu_move(pages, 8, slow, st, 0) == 0 && st[7] == 1);
+  pass_time(1); /* its pages first */
+  uint64_t res[2], res0[2];
+  strata_emu_residency(res0, 2);
+  uint64_t commits = emu_tx_counter(0), aborts = emu_tx_counter(1), remaps = emu_tx_counter(2);
+  uint64_t shadows = emu_tx_counter(3), written = emu_tx_counter(4), reclaimed = emu_tx_counter(5);
+  /* queued: still slow until the copy is done, and the caller is not charged for it */
+  int64_t clock = c("sim_ns");
+  CHECK(strata_emu_move(pages, 1, fast, st, STRATA_EMU_MOVE_TRANSACTIONAL) == 0 && st[0] == 0);
+  CHECK(c("sim_ns") - clock < 1000 && strata_emu_node_of((void *)p) == 1);
+  pass_time(50000);
+  CHECK(strata_emu_node_of((void *)p) == 0 && emu_tx_counter(0) == commits + 1);
+  CHECK(emu_tx_counter(3) == shadows + 1);
+  strata_emu_residency(res, 2);
+  CHECK(res[1] == res0[1]); /* the old page stays, as the shadow */
+  /* clean: demoted by remapping the shadow, at once */
+  CHECK(strata_emu_move(pages, 1, slow, st, STRATA_EMU_MOVE_TRANSACTIONAL) == 0 && st[0] == 1);
+  CHECK(strata_emu_node_of((void *)p) == 1 && emu_tx_counter(2) == remaps + 1 && emu_tx_counter(3) == shadows);
+  strata_emu_residency(res, 2);
+  CHECK(res[1] == res0[1]); /* the shadow is the page now */
+  /* promoted again, then written: the shadow goes */
+  strata_emu_move(pages, 1, fast, st, STRATA_EMU_MOVE_TRANSACTIONAL);
+  pass_time(50000);
+  CHECK(strata_emu_node_of((void *)p) == 0 && emu_tx_counter(3) == shadows + 1);
+  p[0] = 9;
+  CHECK(emu_tx_counter(3) == shadows && emu_tx_counter(4) == written + 1);
+  strata_emu_residency(res, 2);
+  CHECK(res[1] == res0[1] - 1);
+  /* written during its copy: aborted, the page stays where it was */
+  CHECK(strata_emu_move(&pages[1], 1, fast, st, STRATA_EMU_MOVE_TRANSACTIONAL) == 0);
+  p[PAGE] = 7;
+  pass_time(50000);
+  CHECK(strata_emu_node_of((void *)(p + PAGE)) == 1 && emu_tx_counter(1) == aborts + 1);
+  CHECK(p[PAGE] == 7);
+  /* shadows on a full node are reclaimed before a page is refused there */
+  CHECK(strata_emu_move(&pages[2], 6, fast, st, STRATA_EMU_MOVE_TRANSACTIONAL) == 0);
+  pass_time(100000);
+  CHECK(emu_tx_counter(3) == shadows + 6);
+  strata_emu_residency(res, 2);
+  uint64_t saved = emu_cfg.cap_bytes[1];
+  emu_cfg.cap_bytes[1] = res[1] * PAGE; /* full, shadows included */
+  CHECK(strata_emu_move(pages, 1, slow, st, 0) == 0 && st[0] == 1);
+  CHECK(emu_tx_counter(5) > reclaimed && emu_tx_counter(3) < shadows + 6);
+  emu_cfg.cap_bytes[1] = saved;
+  for (int i = 0; i < 8; i++) CHECK(p[i * PAGE] == (i == 0 ? 9 : i == 1 ? 7 : (char)i));
+}
+
+/* nomad: tpp's hint faults, but the promotion is queued (the faulting thread goes on, not
+ * charged the copy), committed later with a shadow, and a clean cold page demotes by remap. */
+static void test_nomad(void) {
+  volatile char *p = fresh(2 * PAGE);
+  p[0] = 1;
+  p[PAGE] = 2;
+  void *pages[2] = {(void *)p, (void *)(p + PAGE)};
+  int slow[2] = {1, 1}, st[2];
+  CHECK(strata_emu_move(pages, 2, slow, st, 0) == 0 && st[1] == 1);
+  emu_cfg.kernel = KERNEL_NOMAD;
+  emu_cfg.tpp_scan_period_ns = 10000;
+  emu_memory_init();
+  uint64_t commits = emu_tx_counter(0), shadows = emu_tx_counter(3), remaps = emu_tx_counter(2);
+  int64_t migrate = c("migrate_ns"), pr = c("promoted_pages");
+  for (int round = 0; round < 3 && strata_emu_node_of((void *)p) != 0; round++) {
+    pass_time(20000);
+    (void)p[0]; /* read only: its copy commits */
+    pass_time(20000);
+  }
+  CHECK(strata_emu_node_of((void *)p) == 0 && emu_tx_counter(0) > commits && emu_tx_counter(3) > shadows);
+  CHECK(c("migrate_ns") == migrate && c("promoted_pages") == pr); /* nothing charged to the thread */
+  /* the fast node down to a page: the clock demotes every page it holds but one, p (clean,
+   * with a shadow) by remap */
+  uint64_t saved = emu_cfg.cap_bytes[0], dem = emu_bg_counter(2);
+  emu_cfg.cap_bytes[0] = PAGE;
+  volatile char *more = fresh(2 * PAGE);
+  more[0] = 1; /* the clock's first lap finds p accessed ... */
+  more[PAGE] = 1; /* ... and the next one takes it */
+  CHECK(strata_emu_node_of((void *)p) == 1 && emu_tx_counter(2) == remaps + 1);
+  CHECK(emu_bg_counter(2) > dem + 1);
+  emu_cfg.cap_bytes[0] = saved;
+  emu_cfg.kernel = KERNEL_NONE;
+  emu_memory_init();
+  CHECK(p[0] == 1 && p[PAGE] == 2);
+}
+
 int main(void) {
   test_lru();
   test_lru_ways();
@@ -417,5 +519,7 @@ int main(void) {
   test_observe();
   test_bulk();
   test_tpp();
+  test_transactional();
+  test_nomad();
   return check_done("test_emu");
 }

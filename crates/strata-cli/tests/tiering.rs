@@ -187,6 +187,28 @@ fn a_small_tiering_matrix_has_the_documented_rows() {
     assert_eq!(ft["speedup_over_first_touch"], 1.0);
 }
 
+/// The moves Nomad makes (the nomad kernel mode) and libstrata's agent makes (an engine policy
+/// with /transactional) are transactional: their rows count commits; a read-only hot set keeps
+/// its shadows clean, so some demotions are remaps.
+#[test]
+fn nomad_and_transactional_rows_count_commits_and_copy_free_demotions() {
+    let o = strata()
+        .args(["bench", "tiering", "--json", "-q", "--workloads", "gups-hot-ro", "--size-mb", "32"])
+        .args(["--period-ms", "1", "--fast-ratio", "0.25", "--policies", "tpp,nomad,ambix/transactional"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let row = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap_or_else(|| panic!("no {p} row: {v}"));
+    assert_eq!(row("tpp")["transactional"]["commits"], 0);
+    for p in ["nomad", "ambix/transactional"] {
+        let x = &row(p)["transactional"];
+        assert!(x["commits"].as_u64() > Some(0), "{p}: {x}");
+        assert!(x["shadow_demotions"].as_u64() > Some(0), "{p}: {x}");
+    }
+}
+
 /// multi-site (64 MiB: its hot sites exceed the 4 MiB LLC) in transparent mode with a quarter of it fast, under hmalloc: the
 /// context report libstrata writes at exit shows the directives hmalloc left in the channel.
 #[test]

@@ -19,7 +19,7 @@ mod report;
 mod run;
 
 pub use machine::{fast_bytes_of, parse_setting, Kernel, Machine, MachineArgs, Tiering, ALL_FAST_BYTES};
-pub use report::{Background, Counters, NodeReport, Report, ThreadReport, REPORT_VERSION};
+pub use report::{Background, Counters, NodeReport, Report, ThreadReport, Transactional, REPORT_VERSION};
 pub use run::{footprint_bytes, run_emulated, Run, RunOutput};
 
 /// What can go wrong on the emulated machine.

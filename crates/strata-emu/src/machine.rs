@@ -13,6 +13,9 @@ pub enum Kernel {
     None,
     /// hint-fault promotion, watermark demotion: Linux's memory tiering (TPP)
     Tpp,
+    /// tpp with Nomad's transactional migration: promotions copied in the background while the
+    /// page stays in use, shadows kept on the slow node so clean demotions are remaps
+    Nomad,
 }
 
 impl Kernel {
@@ -20,12 +23,14 @@ impl Kernel {
         match self {
             Kernel::None => "none",
             Kernel::Tpp => "tpp",
+            Kernel::Nomad => "nomad",
         }
     }
     fn setting(self) -> &'static str {
         match self {
             Kernel::None => "0",
             Kernel::Tpp => "1",
+            Kernel::Nomad => "2",
         }
     }
 }

@@ -56,6 +56,25 @@ pub struct Background {
     pub scanned_pages: u64,
 }
 
+/// Transactional moves (the nomad kernel mode, or an engine's transactional mover) and the
+/// shadows they keep.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transactional {
+    /// copies committed: no store hit the page while it was copied
+    pub commits: u64,
+    /// copies thrown away because a store hit the page
+    pub aborts: u64,
+    /// demotions by remapping a page onto its shadow: no copy
+    pub shadow_demotions: u64,
+    /// shadows held at the end
+    pub shadows: u64,
+    /// shadows dropped because their page was written
+    pub shadows_written: u64,
+    /// shadows freed because their slow node ran out of room
+    pub shadows_reclaimed: u64,
+}
+
 /// One emulated node (tier).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +109,8 @@ pub struct Report {
     pub peak_resident_pages: u64,
     pub totals: Counters,
     pub background: Background,
+    #[serde(default)]
+    pub transactional: Transactional,
     pub nodes: Vec<NodeReport>,
     pub samples_lost: u64,
     pub hint_fault_events_lost: u64,
@@ -182,6 +203,13 @@ impl Report {
             b.ns as f64 / 1e6,
             t.shootdowns + b.shootdowns
         );
+        let x = &self.transactional;
+        if x.commits + x.aborts + x.shadow_demotions > 0 {
+            s += &format!(
+                "transactional: {} commits, {} aborts (written while copied), {} demotions by remapping a shadow; shadows: {} at the end, {} dropped on write, {} reclaimed\n",
+                x.commits, x.aborts, x.shadow_demotions, x.shadows, x.shadows_written, x.shadows_reclaimed
+            );
+        }
         if let Some(e) = &self.engine {
             let n = |k: &str| e[k].as_u64().unwrap_or(0);
             s += &format!(

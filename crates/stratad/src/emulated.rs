@@ -115,6 +115,9 @@ pub struct EmulatedMachine {
     tier_of: [Tier; 8],
     /// this program's channel, once libstrata (transparent mode) has made it
     channel: Option<Channel>,
+    /// moves as libstrata's agent makes them (`mover.mechanism = "transactional"`), else as
+    /// move_pages(2) in a background thread
+    transactional: bool,
 }
 
 impl EmulatedMachine {
@@ -134,6 +137,7 @@ impl EmulatedMachine {
             pid: std::process::id(),
             tier_of: [Tier::MAX; 8],
             channel: None,
+            transactional: false,
         })
     }
 
@@ -289,7 +293,9 @@ impl Machine for EmulatedMachine {
         let ptrs: Vec<*mut c_void> = pages.iter().map(|&a| a as *mut c_void).collect();
         let nodes = vec![to as c_int; pages.len()];
         let mut status = vec![0 as c_int; pages.len()];
-        let rc = unsafe { (self.mv)(ptrs.as_ptr(), ptrs.len(), nodes.as_ptr(), status.as_mut_ptr(), 1) };
+        // STRATA_EMU_MOVE_TRANSACTIONAL (2), or in the background (1)
+        let mode = if self.transactional { 2 } else { 1 };
+        let rc = unsafe { (self.mv)(ptrs.as_ptr(), ptrs.len(), nodes.as_ptr(), status.as_mut_ptr(), mode) };
         if rc != 0 {
             return vec![Err(Refusal::Other(-rc)); pages.len()];
         }
@@ -366,6 +372,7 @@ fn start() -> Result<Running, Error> {
         None => Config::default(),
     };
     let mut machine = EmulatedMachine::connect()?;
+    machine.transactional = cfg.mover.mechanism == crate::config::Mechanism::Transactional;
     Ok(Running { engine: Engine::new(&policy, cfg, &mut machine)?, machine, report: CString::default() })
 }
 

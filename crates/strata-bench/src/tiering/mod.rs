@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use strata_emu::{run_emulated, toolchain, Machine, MachineArgs, Report as EmuReport, Tiering};
+use strata_emu::{run_emulated, toolchain, Kernel, Machine, MachineArgs, Report as EmuReport, Tiering};
 use strata_util::{io, Progress};
 use stratad::emulated::EngineSpec;
 
@@ -34,9 +34,11 @@ pub struct Options {
     /// multi-site) [default: all]
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Policies: first-touch (nothing moves), tpp (the emulated kernel mode), and the engine's:
-    /// ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first (with
-    /// --preset dram-first), strata
+    /// Policies: first-touch (nothing moves), tpp and nomad (the emulated kernel modes: Linux's
+    /// tiering, and the same with Nomad's transactional migration and shadows), and the
+    /// engine's: ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first (with
+    /// --preset dram-first), strata; an engine policy followed by /transactional
+    /// (ambix/transactional) moves pages as libstrata's agent does, transactionally
     #[arg(long, value_delimiter = ',', default_value = "first-touch,tpp,ambix,mat:apb,hmalloc,strata")]
     pub policies: Vec<String>,
     /// The workloads' allocator: strata (transparent mode, LD_PRELOAD=libstrata.so, so that
@@ -90,17 +92,23 @@ pub const DEFAULT_FAST_RATIOS: [f64; 3] = [0.125, 0.25, 0.5];
 enum Setup {
     Bound(Tiering),
     FirstTouch,
-    Tpp,
-    Engine(String),
+    /// an emulated kernel mode: tpp, or nomad (tpp with Nomad's transactional migration)
+    Kernel(Kernel),
+    /// an engine policy, and whether its mover is Strata's transactional one
+    Engine(String, bool),
 }
+
+/// The suffix of an engine policy whose moves are transactional (`ambix/transactional`).
+const TRANSACTIONAL: &str = "/transactional";
 
 impl Setup {
     fn name(&self) -> String {
         match self {
             Setup::Bound(t) => t.name().into(),
             Setup::FirstTouch => "first-touch".into(),
-            Setup::Tpp => "tpp".into(),
-            Setup::Engine(p) => p.clone(),
+            Setup::Kernel(k) => k.name().into(),
+            Setup::Engine(p, false) => p.clone(),
+            Setup::Engine(p, true) => format!("{p}{TRANSACTIONAL}"),
         }
     }
 }
@@ -138,6 +146,9 @@ pub struct Row {
     /// pages an engine's walks read, and the moves it asked for that did not happen
     pub scanned_pages: u64,
     pub refused_pages: u64,
+    /// nomad and transactional movers: commits, aborts, copy-free demotions, shadows
+    #[serde(default)]
+    pub transactional: strata_emu::Transactional,
     pub engine: Option<serde_json::Value>,
 }
 
@@ -161,14 +172,17 @@ fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
     for p in policies {
         out.push(match p.as_str() {
             "first-touch" => Setup::FirstTouch,
-            "tpp" => Setup::Tpp,
-            name if strata_policy::POLICIES.contains(&strata_policy::base_name(name)) => {
+            "tpp" => Setup::Kernel(Kernel::Tpp),
+            "nomad" => Setup::Kernel(Kernel::Nomad),
+            spec if strata_policy::POLICIES.contains(&strata_policy::base_name(spec.trim_end_matches(TRANSACTIONAL))) => {
+                let name = spec.trim_end_matches(TRANSACTIONAL);
                 strata_policy::create(name, None).map_err(|e| Error::Invalid(e.to_string()))?;
-                Setup::Engine(name.into())
+                Setup::Engine(name.into(), spec.ends_with(TRANSACTIONAL))
             }
             name => {
                 return Err(Error::Invalid(format!(
-                    "unknown policy '{name}' (first-touch, tpp, {})",
+                    "unknown policy '{name}' (first-touch, tpp, nomad, {}; an engine policy with \
+                     {TRANSACTIONAL} moves as libstrata's agent does)",
                     strata_policy::POLICIES
                         .iter()
                         .filter(|p| **p != "first-touch")
@@ -196,8 +210,10 @@ struct Matrix<'a> {
     opts: &'a Options,
     exe: PathBuf,
     machine: Machine,
-    /// the engine's configuration file (written for --period-ms)
+    /// the engine's configuration file (written for --period-ms), and the same with the
+    /// transactional mover
     engine_config: PathBuf,
+    engine_config_tx: PathBuf,
     /// libstrata.so, preloaded into every run (--allocator strata)
     preload: Option<PathBuf>,
     progress: Progress,
@@ -207,10 +223,12 @@ impl Matrix<'_> {
     fn run(&self, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<Ran, Error> {
         let tiering = match setup {
             Setup::Bound(t) => *t,
-            Setup::Tpp => Tiering::Tpp,
             _ => Tiering::FirstTouch,
         };
-        let m = tiering.apply(&self.machine, fast_bytes)?;
+        let mut m = tiering.apply(&self.machine, fast_bytes)?;
+        if let Setup::Kernel(k) = setup {
+            m.set_kernel(*k);
+        }
         let mut cmd = Command::new(&self.exe);
         cmd.args(["bench", "tiering-workload", "--workload", workload, "--size-mb", &self.opts.size_mb.to_string()]);
         if let Some(ops) = self.opts.ops {
@@ -219,8 +237,9 @@ impl Matrix<'_> {
         if let Some(lib) = &self.preload {
             cmd.env("LD_PRELOAD", lib);
         }
-        if let Setup::Engine(policy) = setup {
-            cmd.envs(EngineSpec::new(policy, Some(&self.engine_config)).map_err(|e| failed(e.to_string()))?.env());
+        if let Setup::Engine(policy, tx) = setup {
+            let config = if *tx { &self.engine_config_tx } else { &self.engine_config };
+            cmd.envs(EngineSpec::new(policy, Some(config)).map_err(|e| failed(e.to_string()))?.env());
         }
         let r = run_emulated(&m, &mut cmd, true)?;
         if !r.status.success() {
@@ -269,12 +288,13 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
         far_accesses,
         scanned_pages: rep.background.scanned_pages,
         refused_pages: refused,
+        transactional: rep.transactional.clone(),
         engine: rep.engine.clone(),
     }
 }
 
 /// The engine's configuration: --policy-config's, with --period-ms as the scanner's period.
-fn engine_config(a: &Options, dir: &Path) -> Result<(stratad::Config, PathBuf), Error> {
+fn engine_config(a: &Options, dir: &Path, transactional: bool) -> Result<(stratad::Config, PathBuf), Error> {
     let mut cfg = match &a.policy_config {
         Some(p) => stratad::Config::load(p, "first-touch").map_err(|e| Error::Invalid(e.to_string()))?,
         None => stratad::Config::default(),
@@ -292,7 +312,10 @@ fn engine_config(a: &Options, dir: &Path) -> Result<(stratad::Config, PathBuf), 
             }
         }
     }
-    let path = dir.join(format!("strata-engine-{:010}.toml", std::process::id()));
+    if transactional {
+        cfg.mover.mechanism = stratad::config::Mechanism::Transactional;
+    }
+    let path = dir.join(format!("strata-engine-{:010}{}.toml", std::process::id(), if transactional { "-tx" } else { "" }));
     let text = toml::to_string(&cfg).map_err(|e| failed(e.to_string()))?;
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
     Ok((cfg, path))
@@ -324,9 +347,10 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         ),
         _ => None,
     };
-    let (cfg, cfg_path) = engine_config(a, &std::env::temp_dir())?;
+    let (cfg, cfg_path) = engine_config(a, &std::env::temp_dir(), false)?;
+    let (_, cfg_tx_path) = engine_config(a, &std::env::temp_dir(), true)?;
     for s in &setups {
-        if let Setup::Engine(p) = s {
+        if let Setup::Engine(p, _) = s {
             cfg.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
         }
     }
@@ -339,6 +363,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         exe: toolchain::emu_strata()?,
         machine: machine.clone(),
         engine_config: cfg_path.clone(),
+        engine_config_tx: cfg_tx_path.clone(),
         preload,
         progress,
     };
@@ -350,6 +375,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         Ok(rows)
     })();
     let _ = std::fs::remove_file(&cfg_path);
+    let _ = std::fs::remove_file(&cfg_tx_path);
     Ok(Report {
         preset: a.preset.clone(),
         machine,
@@ -527,9 +553,17 @@ mod tests {
     #[test]
     fn policies_are_checked_by_name() {
         assert_eq!(
-            setups(&["first-touch".into(), "tpp".into(), "ambix".into()]).unwrap(),
-            vec![Setup::FirstTouch, Setup::Tpp, Setup::Engine("ambix".into())]
+            setups(&["first-touch".into(), "tpp".into(), "nomad".into(), "ambix".into(), "ambix/transactional".into()])
+                .unwrap(),
+            vec![
+                Setup::FirstTouch,
+                Setup::Kernel(Kernel::Tpp),
+                Setup::Kernel(Kernel::Nomad),
+                Setup::Engine("ambix".into(), false),
+                Setup::Engine("ambix".into(), true)
+            ]
         );
+        assert_eq!(Setup::Engine("ambix".into(), true).name(), "ambix/transactional");
         let e = setups(&["nosuch".into()]).unwrap_err().to_string();
         assert!(e.contains("unknown policy 'nosuch'") && e.contains("ambix"), "{e}");
     }
