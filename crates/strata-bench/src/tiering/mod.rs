@@ -174,7 +174,9 @@ fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
             "first-touch" => Setup::FirstTouch,
             "tpp" => Setup::Kernel(Kernel::Tpp),
             "nomad" => Setup::Kernel(Kernel::Nomad),
-            spec if strata_policy::POLICIES.contains(&strata_policy::base_name(spec.trim_end_matches(TRANSACTIONAL))) => {
+            spec if strata_policy::POLICIES
+                .contains(&strata_policy::base_name(spec.trim_end_matches(TRANSACTIONAL))) =>
+            {
                 let name = spec.trim_end_matches(TRANSACTIONAL);
                 strata_policy::create(name, None).map_err(|e| Error::Invalid(e.to_string()))?;
                 Setup::Engine(name.into(), spec.ends_with(TRANSACTIONAL))
@@ -315,7 +317,8 @@ fn engine_config(a: &Options, dir: &Path, transactional: bool) -> Result<(strata
     if transactional {
         cfg.mover.mechanism = stratad::config::Mechanism::Transactional;
     }
-    let path = dir.join(format!("strata-engine-{:010}{}.toml", std::process::id(), if transactional { "-tx" } else { "" }));
+    let path =
+        dir.join(format!("strata-engine-{:010}{}.toml", std::process::id(), if transactional { "-tx" } else { "" }));
     let text = toml::to_string(&cfg).map_err(|e| failed(e.to_string()))?;
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
     Ok((cfg, path))
