@@ -400,6 +400,7 @@ size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts
 size_t _strata_shadows_drop(size_t max);         /* 0: all */
 size_t _strata_shadows_sweep(void);              /* drop the shadows of pages written since */
 const strata_agent_counters_t *_strata_migrate_counters(void);
+uint64_t _strata_migrate_misreported(void); /* ioctls that answered an error but had done the move */
 
 /* ---- machine/topo.c -------------------------------------------------------------------- */
 
