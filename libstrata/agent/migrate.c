@@ -4,13 +4,17 @@
  * Moving page p to node N by copy:
  *   1. p's range is registered for missing-page faults: nothing changes for p while it is
  *      there (only a page that is not there faults in this mode);
- *   2. the copy, while p stays mapped and in use: p's bytes into a buffer (process_vm_readv,
- *      so a page unmapped meanwhile is an error, not a crash);
+ *   2. the copy, while p stays mapped and in use: p's bytes into a staging page of the agent's
+ *      own (process_vm_readv, so a page unmapped meanwhile is an error, not a crash), which the
+ *      kernel allocates on N, the agent thread's preferred node;
  *   3. p's page is moved out (UFFDIO_MOVE: atomic; from here on an access to p waits for this
  *      thread), to its shadow slot if this is a promotion, else to a spare slot;
- *   4. the old page and the copy are compared: equal, a new page with the copy's bytes is
- *      placed at p (UFFDIO_COPY: the kernel allocates it on N, this thread's preferred node, and
- *      wakes whoever waits at p): commit; not equal, p was written after the copy and the old
+ *   4. the old page and the copy are compared: equal, a page with the copy's bytes is placed at
+ *      p, which wakes whoever waits there: commit. It is a new page (UFFDIO_COPY: the kernel
+ *      allocates it on N too) unless p's memory has a policy of its own (mbind, as a slow
+ *      pool's segments have), which a page allocated for p would follow instead of N: then the
+ *      staging page itself is moved in (UFFDIO_MOVE: one TLB shootdown more). Not equal, p was
+ *      written after the copy and the old
  *      page goes back (abort; steps 2-4 are tried again, up to the request's attempts, then p
  *      is left for a later request);
  *   5. p's range goes back to write-protect tracking only, p is write-protected (clean), and
@@ -77,6 +81,7 @@ typedef struct shadow_s {
 static int uffd = -1;
 static int pagemap = -1;
 static char *spare;                   /* STRATA_AGENT_MAX_PAGES slots for old pages on their way out */
+static char *staging;                 /* one page: the copy, on the target node, moved in on commit */
 static char *shadows;                 /* SHADOW_SLOTS pages, reserved */
 static shadow_t *table;               /* SHADOW_TABLE entries */
 static uint32_t *free_slots;          /* a stack of free slot numbers */
@@ -106,11 +111,13 @@ int _strata_migrate_init(int fd) {
   uffd = fd;
   pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   spare = reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
+  staging = reserve(PAGE_SIZE, true);
+  if (staging) madvise(staging, PAGE_SIZE, MADV_NOHUGEPAGE); /* a 4 KiB page, never a huge one */
   shadows = reserve(SHADOW_SLOTS * PAGE_SIZE, true);
   table = reserve(SHADOW_TABLE * sizeof *table, false);
   free_slots = reserve(SHADOW_SLOTS * sizeof *free_slots, false);
   sweep_pages = reserve(SHADOW_SLOTS * sizeof *sweep_pages, false);
-  if (pagemap < 0 || !spare || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
+  if (pagemap < 0 || !spare || !staging || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
   for (size_t i = 0; i < SHADOW_SLOTS; i++) free_slots[i] = (uint32_t)(SHADOW_SLOTS - 1 - i);
   nfree = SHADOW_SLOTS;
   return 0;
@@ -118,12 +125,13 @@ int _strata_migrate_init(int fd) {
 
 void _strata_migrate_forget(void) { /* fork child: none of it is the child's */
   if (spare) munmap(spare, STRATA_AGENT_MAX_PAGES * PAGE_SIZE);
+  if (staging) munmap(staging, PAGE_SIZE);
   if (shadows) munmap(shadows, SHADOW_SLOTS * PAGE_SIZE);
   if (table) munmap(table, SHADOW_TABLE * sizeof *table);
   if (free_slots) munmap(free_slots, SHADOW_SLOTS * sizeof *free_slots);
   if (sweep_pages) munmap(sweep_pages, SHADOW_SLOTS * sizeof *sweep_pages);
   if (pagemap >= 0) close(pagemap);
-  spare = shadows = NULL;
+  spare = staging = shadows = NULL;
   table = NULL;
   free_slots = NULL;
   sweep_pages = NULL;
@@ -332,18 +340,24 @@ static int shadow_demote(char *p, int node, char *out) {
   return rc;
 }
 
-/* p's new page: `from`'s bytes in a page the kernel allocates (this thread's preferred node). */
+/* p's new page: `from`'s bytes in a page the kernel allocates (by p's policy, else this
+ * thread's preferred node). */
 static int fill(char *p, const char *from) {
   struct uffdio_copy c = {.dst = (uintptr_t)p, .src = (uintptr_t)from, .len = PAGE_SIZE, .mode = 0};
   return ioctl(uffd, UFFDIO_COPY, &c) == 0 ? 0 : outcome(-errno, p, NULL);
 }
 
+/* Does p's memory have a policy of its own (mbind), which a page allocated for p follows? */
+static bool has_policy(void *p) {
+  int mode = MPOL_DEFAULT;
+  return syscall(SYS_get_mempolicy, &mode, NULL, 0ul, p, 2ul /* MPOL_F_ADDR */) == 0 && mode != MPOL_DEFAULT;
+}
+
 /* One attempt to move p (its window open) by copy: 1 committed (p's old page is in `out`, or
  * kept as its shadow when this is a promotion), 0 aborted, or -errno. `from` is the node p was
- * on. */
-static int copy_move(char *p, int node, int from, char *out) {
-  static char copy[PAGE_SIZE] __attribute__((aligned(PAGE_SIZE)));
-  struct iovec local = {copy, PAGE_SIZE}, remote = {p, PAGE_SIZE};
+ * on; `stage`: commit by moving the staging page in (p's memory has a policy of its own). */
+static int copy_move(char *p, int node, int from, char *out, bool stage) {
+  struct iovec local = {staging, PAGE_SIZE}, remote = {p, PAGE_SIZE};
   if (syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul) != (long)PAGE_SIZE) return -ENOENT;
   shadow_t *old = shadow_find((uint64_t)(uintptr_t)p);
   if (old) { /* a shadow from before, stale by now */
@@ -355,7 +369,7 @@ static int copy_move(char *p, int node, int from, char *out) {
   char *dst = s ? slot_addr(s->slot) : out;
   int rc = move_page(dst, p);
   if (rc == 0) {
-    if (memcmp(dst, copy, PAGE_SIZE) == 0 && fill(p, copy) == 0) {
+    if (memcmp(dst, staging, PAGE_SIZE) == 0 && (stage ? move_page(p, staging) : fill(p, staging)) == 0) {
       rc = 1;
     } else {
       move_page(p, dst); /* written while copied: abort */
@@ -394,12 +408,13 @@ static void migrate_run(char *const *pages, size_t n, int node, const int *from,
                         int32_t *status, char *out) {
   bool moved[STRATA_AGENT_MAX_PAGES] = {false};
   window(pages[0], n * PAGE_SIZE, true);
+  bool stage = has_policy(pages[0]); /* a run is one chunk's: one policy */
   for (size_t k = 0; k < n; k++) {
     char *p = pages[k], *o = out + k * PAGE_SIZE;
     int rc = shadow_demote(p, node, o);
     if (rc == 0) {
       for (unsigned a = 0; a < (attempts ? attempts : 1) && rc == 0; a++) {
-        rc = copy_move(p, node, from[k], o);
+        rc = copy_move(p, node, from[k], o, stage);
         if (rc == 0) counters.aborts++;
       }
       if (rc == 1) counters.commits++;
@@ -435,17 +450,20 @@ size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts
     }
   }
   set_preferred(node);
-  for (size_t i = 0; i < n;) { /* runs of neighbouring pages */
+  for (size_t i = 0; i < n;) { /* runs of neighbouring pages, each within one chunk */
     if (!todo[i]) {
       i++;
       continue;
     }
     size_t j = i + 1;
-    while (j < n && todo[j] && (char *)pages[j] == (char *)pages[j - 1] + PAGE_SIZE) j++;
+    void *chunk = _strata_chunk_of(pages[i]);
+    while (j < n && todo[j] && (char *)pages[j] == (char *)pages[j - 1] + PAGE_SIZE && _strata_chunk_of(pages[j]) == chunk)
+      j++;
     migrate_run((char *const *)pages + i, j - i, node, where + i, attempts, status + i, spare + i * PAGE_SIZE);
     i = j;
   }
   set_preferred(-1);
+  madvise(staging, PAGE_SIZE, MADV_DONTNEED); /* an aborted copy's page, on this request's node */
   if (nfall) {
     int nodes[STRATA_AGENT_MAX_PAGES], st[STRATA_AGENT_MAX_PAGES];
     for (size_t k = 0; k < nfall; k++) nodes[k] = node;

@@ -129,6 +129,21 @@ static void between_tiers(int uffd, int rounds) {
   CHECK(kept == PAGES);
   for (int i = 0; i < PAGES; i++) ((uint64_t *)pages[i])[WRITERS] = 0;
 
+  /* memory bound to the slow node (mbind, as a slow pool's segments are) still moves: the copy
+   * is the agent's page, allocated where the agent asks, not where p's policy says */
+  {
+    unsigned long mask = 1ul << slow;
+    int bound = 0;
+    for (int i = 0; i < 16; i++) bound += syscall(SYS_mbind, pages[i], PAGE_SIZE, 2 /* MPOL_BIND */, &mask, 64ul, 0u) == 0;
+    CHECK(bound == 16);
+    _strata_migrate((void *const *)pages, 16, fast, 1, 0, st);
+    int bound_fast = 0;
+    for (int i = 0; i < 16; i++) bound_fast += st[i] == fast && node_of(pages[i]) == fast;
+    CHECK(bound_fast == 16);
+    for (int i = 0; i < 16; i++) syscall(SYS_mbind, pages[i], PAGE_SIZE, 0 /* MPOL_DEFAULT */, NULL, 0ul, 0u);
+    _strata_migrate((void *const *)pages, 16, slow, 1, 0, st);
+  }
+
   /* reclaimed on request */
   _strata_migrate((void *const *)pages, PAGES, fast, 1, 0, st);
   CHECK(k->shadows == PAGES && _strata_shadows_drop(0) == PAGES && k->shadows == 0);
