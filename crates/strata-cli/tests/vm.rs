@@ -318,7 +318,8 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
          sleep 30; strata stats --json > /tmp/s.json\n\
          wait $L; echo low=$?; wait $H_PID; echo high=$?; kill $D; wait $D; echo daemon=$?\n\
          echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
-         echo ==LOW==; cat /tmp/low.out; echo ==HIGH==; cat /tmp/high.out; echo ==STATS==; cat /tmp/s.json",
+         echo ==LOW==; cat /tmp/low.out; echo ==HIGH==; cat /tmp/high.out; echo ==STATS==; cat /tmp/s.json\n\
+         echo ==OOM==; dmesg | grep -A40 'invoked oom-killer' | grep -E 'oom|Node|Free|gfp|mems_allowed|Killed' || true",
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("low=0") && out.contains("high=0") && out.contains("daemon=0"), "{out}");

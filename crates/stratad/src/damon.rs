@@ -15,6 +15,9 @@
 use std::path::{Path, PathBuf};
 
 const ADMIN: &str = "/sys/kernel/mm/damon/admin/kdamonds";
+/// Regions per process DAMON keeps at least and at most (its defaults: 10 and 1000).
+const MIN_REGIONS: u32 = 100;
+const MAX_REGIONS: u32 = 1000;
 
 /// A region of a process and how often DAMON saw it accessed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +104,10 @@ impl Damon {
             write(&c.join("operations"), "vaddr")?;
             write(&c.join("monitoring_attrs/intervals/sample_us"), "5000")?;
             write(&c.join("monitoring_attrs/intervals/aggr_us"), &aggr_us.max(5000).to_string())?;
+            // at least MIN_REGIONS regions: with DAMON's default 10, a region can hold a hot set
+            // and cold memory both, and one sample of it makes all of it look accessed or idle
+            write(&c.join("monitoring_attrs/nr_regions/max"), &MAX_REGIONS.to_string())?;
+            write(&c.join("monitoring_attrs/nr_regions/min"), &MIN_REGIONS.to_string())?;
             write(&c.join("targets/nr_targets"), "1")?;
             write(&c.join("targets/0/pid_target"), &pid.to_string())?;
             write(&c.join("schemes/nr_schemes"), "1")?;
