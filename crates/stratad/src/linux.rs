@@ -41,6 +41,12 @@ const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 /// the end of a user address space (x86-64, 4-level page tables: TASK_SIZE_MAX)
 const USER_TOP: u64 = (1 << 47) - PAGE;
+/// A page counts as read when DAMON saw its region accessed in any aggregation of this long
+/// (the last reads, one a round): one aggregation sees a buffer read in sweeps longer than it
+/// only now and then (each page of it is touched once a sweep, and DAMON samples one page of a
+/// region every 5 ms), so a hot set read in sweeps of about a second looked idle half the time in
+/// the guest and was promoted and demoted by turns.
+const DAMON_WINDOW: Duration = Duration::from_secs(2);
 /// a page's node is read again (from its frame) at least every this many passes; in between
 /// the machine keeps what it last read or moved it to. A pass reads again one stripe of 2 MiB
 /// blocks of the address space (whole blocks: one read of pagemap each)
@@ -167,7 +173,9 @@ pub struct Linux {
     damon: Option<crate::damon::Damon>,
     damon_max: usize,
     damon_aggr_us: u64,
-    damon_regions: BTreeMap<u32, Vec<crate::damon::Region>>,
+    /// per process, DAMON's last reads (the latest last), as many as cover DAMON_WINDOW
+    damon_regions: BTreeMap<u32, std::collections::VecDeque<Vec<crate::damon::Region>>>,
+    damon_keep: usize,
     /// how pages move (the daemon's mover configuration)
     mover: MoverConfig,
 }
@@ -333,6 +341,7 @@ impl Linux {
             damon_max: 0,
             damon_aggr_us: 100_000,
             damon_regions: BTreeMap::new(),
+            damon_keep: 1,
             mover: MoverConfig::default(),
         }
     }
@@ -377,6 +386,7 @@ impl Linux {
         self.trackers = trackers.to_vec();
         self.damon_max = damon_max;
         self.damon_aggr_us = (round.as_micros() as u64 * 4 / 5).max(5000);
+        self.damon_keep = (DAMON_WINDOW.as_micros() as u64).div_ceil(round.as_micros().max(1) as u64).max(1) as usize;
         let wants_damon = trackers.contains(&Tracker::DamonVaddr) && damon_max > 0;
         if !wants_damon {
             self.damon = None;
@@ -505,7 +515,7 @@ impl Linux {
     fn damon_pass(&mut self) {
         let Some(d) = self.damon.as_mut() else { return };
         let chosen: Vec<u32> = self.procs.keys().copied().take(self.damon_max).collect();
-        self.damon_regions.clear();
+        self.damon_regions.retain(|pid, _| chosen.contains(pid));
         if let Err(e) = d.monitor(&chosen, self.damon_aggr_us) {
             eprintln!("strata daemon: DAMON: {e}");
             return;
@@ -513,7 +523,11 @@ impl Linux {
         for (pid, r) in d.regions() {
             match r {
                 Ok(regions) => {
-                    self.damon_regions.insert(pid, regions);
+                    let reads = self.damon_regions.entry(pid).or_default();
+                    reads.push_back(regions);
+                    while reads.len() > self.damon_keep {
+                        reads.pop_front();
+                    }
                 }
                 Err(e) => {
                     if let Some(p) = self.procs.get_mut(&pid) {
@@ -645,10 +659,13 @@ impl Linux {
             // every private anonymous mapping, from pagemap: written if soft-dirty (where the
             // kernel has it), accessed if written or, with DAMON, in a region it saw accessed
             tracker @ (Tracker::SoftDirty | Tracker::DamonVaddr) => {
-                let regions = self.damon_regions.get(&pid).map_or(&[][..], |r| r.as_slice());
+                let reads = self.damon_regions.get(&pid);
                 let seen = |addr: u64, e: u64| {
                     let dirty = self.soft_dirty && pagemap::soft_dirty(e);
-                    let read = tracker == Tracker::DamonVaddr && crate::damon::accessed(regions, addr) == Some(true);
+                    let read = tracker == Tracker::DamonVaddr
+                        && reads.is_some_and(|r| {
+                            r.iter().any(|regions| crate::damon::accessed(regions, addr) == Some(true))
+                        });
                     (addr, dirty || read, dirty)
                 };
                 let mut taken = 0u64;
