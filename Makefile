@@ -20,7 +20,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h
 C_TESTS := test_api test_stress test_invariants test_migrate
 
-.PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
+.PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
 all: lib rust
 
@@ -190,6 +190,11 @@ $(BUILD)/vm/test_migrate: libstrata/tests/test_migrate.c libstrata/tests/check.h
 vm-test: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer $(BUILD)/emu/access-emu
 	@scripts/bootstrap.sh --vm
 	cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1
+
+# DAMON seeing a hot set that is only read (6.12 guest): reliable alone, not in a full suite
+vm-test-damon: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/hot_writer
+	@scripts/bootstrap.sh --vm
+	STRATA_VM_DAMON_READS=1 cargo test --release -p strata-cli --test vm -- --ignored --test-threads=1 guest612_daemon_with_damon
 
 # the real YCSB client (Java, from Maven Central) through bench/ycsb-binding, against
 # strata-kv and Redis: every operation must return OK
