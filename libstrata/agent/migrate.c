@@ -81,7 +81,7 @@ typedef struct shadow_s {
 static int uffd = -1;
 static int pagemap = -1;
 static char *spare;                   /* STRATA_AGENT_MAX_PAGES slots for old pages on their way out */
-static char *staging;                 /* one page: the copy, on the target node, moved in on commit */
+static char *staging;                 /* one page: the copy, on the target node (step 2) */
 static char *shadows;                 /* SHADOW_SLOTS pages, reserved */
 static shadow_t *table;               /* SHADOW_TABLE entries */
 static uint32_t *free_slots;          /* a stack of free slot numbers */
