@@ -17,7 +17,7 @@ CFLAGS  += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -p
 BUILD   := build
 LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/agent/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
 SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
-HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h
+HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h libstrata/util/uapi.h
 C_TESTS := test_api test_stress test_invariants test_migrate
 
 .PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
@@ -132,7 +132,7 @@ emu-test: emu emu-unit
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
                  $(BUILD)/preload/test_stress_libc $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer
-$(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h
+$(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h libstrata/util/uapi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mno-red-zone $< -o $@ -ldl
 $(BUILD)/preload/test_preload_cxx: libstrata/tests/test_preload_cxx.cc

@@ -40,6 +40,7 @@
  * Everything here runs on the agent's thread (agent.c), which also answers the missing-page
  * faults of step 2 once the request is done. It takes none of the allocator's locks. */
 #include "internal.h"
+#include "util/uapi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,21 +52,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* from newer uapi headers than Debian 12's */
-#ifndef UFFDIO_MOVE
-struct uffdio_move {
-  __u64 dst, src, len, mode;
-  __s64 move;
-};
-#define UFFDIO_MOVE _IOWR(UFFDIO, 0x05, struct uffdio_move)
-#endif
-#define PM_SCAN_PAGE_IS_WRITTEN (1 << 1)
-struct pm_region { uint64_t start, end, categories; };
-struct pm_scan_arg {
-  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #define MPOL_DEFAULT 0
 #define MPOL_PREFERRED 1
 
@@ -215,12 +201,12 @@ size_t _strata_shadows_sweep(void) {
   if (n == 0) return 0;
   sort_pages(sweep_pages, n);
   /* one scan from the lowest shadowed page to the highest, for the ranges written since */
-  struct pm_region r[64];
+  struct page_region r[64];
   size_t dropped = 0, k = 0;
   uint64_t from = sweep_pages[0], end = sweep_pages[n - 1] + PAGE_SIZE;
   while (from < end && k < n) {
     struct pm_scan_arg a = {.size = sizeof a, .start = from, .end = end, .vec = (uintptr_t)r, .vec_len = 64,
-                            .category_mask = PM_SCAN_PAGE_IS_WRITTEN, .return_mask = PM_SCAN_PAGE_IS_WRITTEN};
+                            .category_mask = PAGE_IS_WRITTEN, .return_mask = PAGE_IS_WRITTEN};
     long got = ioctl(pagemap, PAGEMAP_SCAN, &a);
     if (got < 0) break;
     for (long j = 0; j < got; j++) {
@@ -270,10 +256,10 @@ static int move_page(void *dst, void *src) {
 }
 
 static bool written(void *p) {
-  struct pm_region r;
+  struct page_region r;
   struct pm_scan_arg a = {.size = sizeof a, .start = (uintptr_t)p, .end = (uintptr_t)p + PAGE_SIZE,
-                          .vec = (uintptr_t)&r, .vec_len = 1, .category_mask = PM_SCAN_PAGE_IS_WRITTEN,
-                          .return_mask = PM_SCAN_PAGE_IS_WRITTEN};
+                          .vec = (uintptr_t)&r, .vec_len = 1, .category_mask = PAGE_IS_WRITTEN,
+                          .return_mask = PAGE_IS_WRITTEN};
   return ioctl(pagemap, PAGEMAP_SCAN, &a) != 0; /* an error: not trusted as clean */
 }
 

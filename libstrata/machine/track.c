@@ -17,6 +17,7 @@
  * registry. What the write-protection costs: a write fault of about 1 us on a page's first
  * write after each scan, and transparent huge pages split where such a write lands. */
 #include "internal.h"
+#include "util/uapi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,23 +26,6 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-/* from Linux 6.7's uapi; older headers lack them */
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
-#ifndef UFFD_FEATURE_WP_UNPOPULATED
-#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
-#endif
-#ifndef UFFD_FEATURE_WP_ASYNC
-#define UFFD_FEATURE_WP_ASYNC (1 << 15)
-#endif
-#ifndef UFFD_FEATURE_MOVE
-#define UFFD_FEATURE_MOVE (1 << 16)
-#endif
-#ifndef USERFAULTFD_IOC_NEW
-#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
-#endif
 
 enum { TRACK_UNTRIED = 0, TRACK_ON, TRACK_OFF, TRACK_STALE /* a fork child, not yet started */ };
 static int uffd = -1;      /* seg lock */

@@ -3,6 +3,7 @@
  * cases of each function, fork from a multi-threaded process, and thread exit.
  * Linked with -ldl only: strata_owns is looked up in the preloaded library. */
 #include "check.h"
+#include "util/uapi.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,17 +22,6 @@
 static int (*owns)(const void *);
 
 /* ---- write tracking (machine/track.c), seen as a daemon sees it: PAGEMAP_SCAN ---------- */
-
-/* Linux 6.7's uapi (linux/fs.h), absent from older headers */
-#define PAGE_IS_WRITTEN (1 << 1)
-#define PM_SCAN_WP_MATCHING (1 << 0)
-#define PM_SCAN_CHECK_WPASYNC (1 << 1)
-struct page_region { uint64_t start, end, categories; };
-struct pm_scan_arg {
-  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 
 /* Pages of [p, p+len) written since the last call (which protects them again); -1 with errno
  * EPERM when the range is not registered for asynchronous write-protect. */
