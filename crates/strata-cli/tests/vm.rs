@@ -519,6 +519,33 @@ fn guest612_daemon_with_damon_promotes_a_hot_set_that_is_only_read() {
     assert!(c1_end >= c1_start + h0 / 2, "the cold buffer made room: {w}");
 }
 
+/// A written hot set of 64 MiB on the slow node of the 6.12 guest, for 25 s under `strata
+/// daemon` (ambix, 300 ms rounds, 3 scans) with `toml` (TOML lines, newlines as printf's `\n`)
+/// added to its configuration: checks that the writer and the daemon exit cleanly, that every
+/// byte is as written and that the hot set ended up fast; returns `strata stats` as text and as
+/// JSON, taken while the writer ran.
+fn written_hot_set_612(toml: &str) -> (String, serde_json::Value) {
+    let (code, out) = daemon_guest_on(
+        Some("6.12"),
+        &daemon_files(),
+        &format!(
+            "printf '{toml}[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
+             strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+             sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
+             sleep 12; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt\n\
+             wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
+             echo ==WRITER==; cat /tmp/w.out; echo ==TEXT==; cat /tmp/s.txt; echo ==STATS==; cat /tmp/s.json"
+        ),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("writer=0") && out.contains("daemon=0"), "{out}");
+    let w = section(&out, "WRITER");
+    assert!(w.contains("verified"), "every byte as written: {w}");
+    let (h0, _, pages) = nodes_of(w, "hot end", None);
+    assert!(h0 >= pages * 9 / 10, "the written hot set was promoted: {w}");
+    (section(&out, "TEXT").to_string(), serde_json::from_str(section(&out, "STATS")).unwrap())
+}
+
 /// On 6.12 a program under Strata registers its memory for asynchronous write-protect, and the
 /// daemon, told not to use DAMON, tracks it with PAGEMAP_SCAN: its written hot set is promoted.
 #[test]
@@ -527,23 +554,7 @@ fn guest612_daemon_with_pagemap_scan_promotes_a_written_hot_set() {
     if guest_available().is_none() {
         return;
     }
-    let (code, out) = daemon_guest_on(
-        Some("6.12"),
-        &daemon_files(),
-        "printf '[daemon]\\ntrackers = [\"pagemap-scan\", \"soft-dirty\"]\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
-         strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-         sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
-         sleep 12; strata stats --json > /tmp/s.json\n\
-         wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
-         echo ==WRITER==; cat /tmp/w.out; echo ==STATS==; cat /tmp/s.json",
-    );
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("writer=0") && out.contains("daemon=0"), "{out}");
-    let w = section(&out, "WRITER");
-    assert!(w.contains("verified"), "{w}");
-    let (h0, _, pages) = nodes_of(w, "hot end", None);
-    assert!(h0 >= pages * 9 / 10, "the written hot set was promoted: {w}");
-    let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
+    let (_, status) = written_hot_set_612("[daemon]\\ntrackers = [\"pagemap-scan\", \"soft-dirty\"]\\n");
     let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer").unwrap();
     assert_eq!(writer["tracker"], "pagemap-scan", "{writer}");
 }
@@ -591,24 +602,9 @@ fn guest612_daemon_with_the_transactional_mover_promotes_through_the_agent() {
     if guest_available().is_none() {
         return;
     }
-    let (code, out) = daemon_guest_on(
-        Some("6.12"),
-        &daemon_files(),
-        "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
-         strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-         sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
-         sleep 12; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt\n\
-         wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
-         echo ==WRITER==; cat /tmp/w.out; echo ==TEXT==; cat /tmp/s.txt; echo ==STATS==; cat /tmp/s.json",
-    );
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("writer=0") && out.contains("daemon=0"), "{out}");
-    let w = section(&out, "WRITER");
-    assert!(w.contains("verified"), "every byte as written: {w}");
-    let (h0, _, pages) = nodes_of(w, "hot end", None);
-    assert!(h0 >= pages * 9 / 10, "the hot set was promoted: {w}");
-    assert!(section(&out, "TEXT").contains("agent: "), "{out}");
-    let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
+    let (text, status) = written_hot_set_612("[mover]\\nmechanism = \"transactional\"\\n");
+    assert!(text.contains("agent: "), "{text}");
+    let pages = 64 << 20 >> 12;
     let d = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
     let writer = d.iter().find(|p| p["command"] == "hot_writer").unwrap_or_else(|| panic!("{status}"));
     let commits = writer["agent"]["commits"].as_u64().unwrap_or_else(|| panic!("no agent: {writer}"));
