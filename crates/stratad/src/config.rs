@@ -132,6 +132,12 @@ pub struct DaemonConfig {
     /// cannot hold them, so a fast node filled to its watermarks with pages nothing can
     /// reclaim leaves the kernel short (seen in the guest: the OOM killer took a program)
     pub node_reserve_fraction: f64,
+    /// bytes left free at least on every node the kernel's own allocations can come from
+    /// (a node with memory outside ZONE_MOVABLE), at most half the node: the share above is
+    /// a few MiB on a small fast node, too little for the kernel while programs start, write
+    /// files and grow their page tables (seen in the guest: a 10 MiB reserve, and the OOM
+    /// killer took a program when `strata stats` wrote a file to tmpfs)
+    pub kernel_reserve_bytes: u64,
     /// how the daemon may see accesses, preferred first: damon-vaddr (reads and writes),
     /// pagemap-scan, soft-dirty (writes); each process gets the first it and the kernel allow
     pub trackers: Vec<String>,
@@ -148,6 +154,7 @@ impl Default for DaemonConfig {
             socket_group: None,
             discovery_ms: 10_000,
             node_reserve_fraction: 0.02,
+            kernel_reserve_bytes: 64 << 20,
             trackers: crate::linux::TRACKERS.iter().map(|t| t.name().to_string()).collect(),
             damon_max_processes: 8,
         }
@@ -370,6 +377,14 @@ impl Config {
             .iter()
             .filter_map(|t| crate::linux::TRACKERS.iter().copied().find(|k| k.name() == t))
             .collect()
+    }
+
+    /// What the daemon leaves free on each node for the kernel.
+    pub fn reserve(&self) -> crate::linux::Reserve {
+        crate::linux::Reserve {
+            fraction: self.daemon.node_reserve_fraction,
+            kernel_bytes: self.daemon.kernel_reserve_bytes,
+        }
     }
 
     /// The rule for a command, if there is one.

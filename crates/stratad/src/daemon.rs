@@ -189,7 +189,7 @@ impl Daemon {
     fn reload(&mut self) -> Result<(), String> {
         let outcome = self.options.load().map_err(|e| e.to_string()).and_then(|(cfg, policy)| {
             let discovery = Duration::from_millis(cfg.daemon.discovery_ms);
-            let reserve = cfg.daemon.node_reserve_fraction;
+            let reserve = cfg.reserve();
             let (trackers, damon_max) = (cfg.trackers(), cfg.daemon.damon_max_processes);
             let mover = cfg.mover.clone();
             let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
@@ -197,7 +197,7 @@ impl Daemon {
                 || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
             self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
             self.machine.set_discovery(discovery);
-            self.machine.set_reserve_fraction(reserve);
+            self.machine.set_reserve(reserve);
             self.wants_agents.store(mover.mechanism == Mechanism::Transactional, Ordering::Relaxed);
             self.machine.set_mover(mover);
             if let Some(why) = self.machine.set_trackers(&trackers, damon_max, round) {
@@ -264,7 +264,7 @@ pub fn run(
     let (cfg, policy) = options.load()?;
     let mut machine = Linux::new();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
-    machine.set_reserve_fraction(cfg.daemon.node_reserve_fraction);
+    machine.set_reserve(cfg.reserve());
     machine.set_mover(cfg.mover.clone());
     // (a kernel without DAMON is the usual case: the probe in the status says why)
     let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);

@@ -163,8 +163,8 @@ pub struct Linux {
     cursor: (u32, u64),
     /// whole passes so far (which stripe of pages has its nodes read again)
     pass: u64,
-    /// share of each node's capacity reported as not free (the daemon's node_reserve_fraction)
-    reserve_fraction: f64,
+    /// what of each node is reported as not free, left for the kernel
+    reserve: Reserve,
     /// the trackers to use, preferred first (the daemon's configuration; none chosen: the
     /// machine scans nothing)
     trackers: Vec<Tracker>,
@@ -244,16 +244,46 @@ fn anonymous_ranges(pid: u32) -> Vec<(u64, u64)> {
     out
 }
 
-/// Bytes each node can give a program's pages without dipping into what the kernel keeps for
-/// itself, from /proc/zoneinfo: over the node's zones, free pages above the zone's high
-/// watermark and the reserve it holds back from movable allocations (lowmem_reserve). The
-/// kernel's own promotion keeps the high watermark free too; a node filled past it leaves the
-/// kernel short of memory for itself (seen in the guest: the OOM killer took a program).
-fn movable_free(zoneinfo: &str) -> BTreeMap<Node, u64> {
+/// What the daemon leaves free on each node beyond the kernel's watermarks, for the kernel:
+/// a share of every node, and at least `kernel_bytes` of a node the kernel's own allocations
+/// can come from (see `daemon.node_reserve_fraction` and `daemon.kernel_reserve_bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reserve {
+    pub fraction: f64,
+    pub kernel_bytes: u64,
+}
+
+impl Reserve {
+    /// The bytes held back on a node of `capacity` bytes.
+    fn bytes(&self, capacity: u64, kernel: bool) -> u64 {
+        let share = (capacity as f64 * self.fraction) as u64;
+        match kernel {
+            true => share.max(self.kernel_bytes.min(capacity / 2)),
+            false => share,
+        }
+    }
+}
+
+/// What /proc/zoneinfo says of one node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ZoneFree {
+    /// bytes the node can give a program's pages without dipping into what the kernel keeps
+    /// for itself: over its zones, free pages above the zone's high watermark and the reserve
+    /// it holds back from movable allocations (lowmem_reserve). The kernel's own promotion
+    /// keeps the high watermark free too; a node filled past it leaves the kernel short of
+    /// memory for itself (seen in the guest: the OOM killer took a program).
+    movable: u64,
+    /// the node has memory outside ZONE_MOVABLE, so the kernel's own allocations (slab, page
+    /// tables, tmpfs) can come from it; a node onlined as movable only (CXL) cannot hold them
+    kernel: bool,
+}
+
+fn zone_free(zoneinfo: &str) -> BTreeMap<Node, ZoneFree> {
     struct Zone {
         name: String,
         free: u64,
         high: u64,
+        managed: u64,
         protection: Vec<u64>,
     }
     let mut nodes: BTreeMap<Node, Vec<Zone>> = BTreeMap::new();
@@ -264,7 +294,7 @@ fn movable_free(zoneinfo: &str) -> BTreeMap<Node, u64> {
             let (node, zone) = rest.split_once(", zone").unwrap_or(("", ""));
             current = node.trim().parse().ok();
             if let Some(n) = current {
-                let z = Zone { name: zone.trim().into(), free: 0, high: 0, protection: Vec::new() };
+                let z = Zone { name: zone.trim().into(), free: 0, high: 0, managed: 0, protection: Vec::new() };
                 nodes.entry(n).or_default().push(z);
             }
             continue;
@@ -275,6 +305,8 @@ fn movable_free(zoneinfo: &str) -> BTreeMap<Node, u64> {
             z.free = v;
         } else if let Some(v) = value("high") {
             z.high = v;
+        } else if let Some(v) = value("managed") {
+            z.managed = v;
         } else if let Some(p) = l.strip_prefix("protection:") {
             z.protection = p
                 .trim()
@@ -292,7 +324,8 @@ fn movable_free(zoneinfo: &str) -> BTreeMap<Node, u64> {
                 .iter()
                 .map(|z| z.free.saturating_sub(z.high + z.protection.get(movable).copied().unwrap_or(0)))
                 .sum();
-            (n, pages * PAGE)
+            let kernel = zones.iter().any(|z| z.managed > 0 && z.name != "Movable" && z.name != "Device");
+            (n, ZoneFree { movable: pages * PAGE, kernel })
         })
         .collect()
 }
@@ -335,7 +368,7 @@ impl Linux {
             pagemap_scan: crate::probe::pagemap_scan().is_ok(),
             cursor: (0, 0),
             pass: 0,
-            reserve_fraction: 0.0,
+            reserve: Reserve::default(),
             trackers: vec![Tracker::PagemapScan, Tracker::SoftDirty],
             damon: None,
             damon_max: 0,
@@ -404,9 +437,9 @@ impl Linux {
         }
     }
 
-    /// Keep this share of every node free: nodes() reports it as used.
-    pub fn set_reserve_fraction(&mut self, f: f64) {
-        self.reserve_fraction = f;
+    /// Keep this much of every node free: nodes() reports it as used.
+    pub fn set_reserve(&mut self, r: Reserve) {
+        self.reserve = r;
     }
 
     /// Look through every process's open files for channels this often.
@@ -726,16 +759,17 @@ impl Machine for Linux {
             .collect();
         // free for the engine: above the kernel's watermarks (for this machine's own sysfs),
         // less the reserve the daemon keeps for the kernel
-        if self.sysfs == Path::new("/sys") {
-            let usable = std::fs::read_to_string("/proc/zoneinfo").map(|z| movable_free(&z)).unwrap_or_default();
-            for n in &mut nodes {
-                if let Some(&u) = usable.get(&n.node) {
-                    n.free_bytes = n.free_bytes.min(u);
-                }
-            }
-        }
+        let zones = match self.sysfs == Path::new("/sys") {
+            true => std::fs::read_to_string("/proc/zoneinfo").map(|z| zone_free(&z)).unwrap_or_default(),
+            false => BTreeMap::new(),
+        };
         for n in &mut nodes {
-            n.free_bytes = n.free_bytes.saturating_sub((n.capacity_bytes as f64 * self.reserve_fraction) as u64);
+            let z = zones.get(&n.node);
+            if let Some(z) = z {
+                n.free_bytes = n.free_bytes.min(z.movable);
+            }
+            let kernel = z.is_none_or(|z| z.kernel);
+            n.free_bytes = n.free_bytes.saturating_sub(self.reserve.bytes(n.capacity_bytes, kernel));
         }
         nodes.sort_by_key(|n| (n.distance, n.node));
         let tiers: BTreeMap<Node, Tier> = nodes.iter().map(|n| (n.node, n.tier)).collect();
@@ -1041,18 +1075,31 @@ mod tests {
     #[test]
     fn free_memory_for_the_engine_is_above_the_watermarks_and_the_reserves_of_each_zone() {
         // the guest's node 0 when the daemon had filled it: DMA's pages are all held back from
-        // movable allocations, DMA32 is below its high watermark
-        let z = "Node 0, zone      DMA\n  pages free     1983\n        min      7\n        low      10\n        high     13\n        protection: (0, 400, 4000, 4000, 4000)\n\
-                 Node 0, zone    DMA32\n  pages free     298\n        high     448\n        protection: (0, 0, 0, 0, 0)\n\
-                 Node 0, zone   Normal\n  pages free     0\n        high     0\n        protection: (0, 0, 0, 0, 0)\n\
-                 Node 0, zone  Movable\n  pages free     0\n        high     0\n        protection: (0, 0, 0, 0, 0)\n\
-                 Node 1, zone  Movable\n  pages free     100000\n        high     1000\n        protection: (0, 0, 0, 0, 0)\n";
-        let free = movable_free(z);
-        assert_eq!(free[&0], 0);
-        assert_eq!(free[&1], 99_000 * PAGE);
-        let here = movable_free(&std::fs::read_to_string("/proc/zoneinfo").unwrap());
-        let total: u64 = here.values().sum();
+        // movable allocations, DMA32 is below its high watermark; node 1 is movable only
+        let z = "Node 0, zone      DMA\n  pages free     1983\n        min      7\n        low      10\n        high     13\n        managed  3840\n        protection: (0, 400, 4000, 4000, 4000)\n\
+                 Node 0, zone    DMA32\n  pages free     298\n        high     448\n        managed  120000\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 0, zone   Normal\n  pages free     0\n        high     0\n        managed  0\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 0, zone  Movable\n  pages free     0\n        high     0\n        managed  0\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 1, zone   Normal\n  pages free     0\n        high     0\n        managed  0\n        protection: (0, 0, 0, 0, 0)\n\
+                 Node 1, zone  Movable\n  pages free     100000\n        high     1000\n        managed  131072\n        protection: (0, 0, 0, 0, 0)\n";
+        let free = zone_free(z);
+        assert_eq!(free[&0], ZoneFree { movable: 0, kernel: true });
+        assert_eq!(free[&1], ZoneFree { movable: 99_000 * PAGE, kernel: false }, "an empty Normal zone holds nothing");
+        let here = zone_free(&std::fs::read_to_string("/proc/zoneinfo").unwrap());
+        let total: u64 = here.values().map(|z| z.movable).sum();
         assert!(total > 0 && total < 64 << 40, "{here:?}");
+        assert!(here.values().any(|z| z.kernel), "this machine's kernel allocates from some node: {here:?}");
+    }
+
+    #[test]
+    fn the_reserve_is_a_share_of_every_node_and_a_floor_on_the_nodes_the_kernel_allocates_from() {
+        let r = Reserve { fraction: 0.02, kernel_bytes: 64 << 20 };
+        // the guest's fast node: 2 % would be 10 MiB, too little for the kernel
+        assert_eq!(r.bytes(512 << 20, true), 64 << 20);
+        assert_eq!(r.bytes(512 << 20, false), (512 << 20) / 50, "a movable-only node keeps the share");
+        assert_eq!(r.bytes(64 << 30, true), (64u64 << 30) / 50, "on a large node the share is more");
+        assert_eq!(r.bytes(100 << 20, true), 50 << 20, "never more than half a node");
+        assert_eq!(Reserve::default().bytes(1 << 30, true), 0);
     }
 
     #[test]
