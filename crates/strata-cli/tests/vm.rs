@@ -216,8 +216,13 @@ fn daemon_guest_on(kernel: Option<&str>, f: &DaemonFiles, script: &str) -> (i32,
     run_in_guest(&args)
 }
 
+/// The script's last lines for a test that may see the OOM killer: its report from the kernel log.
+const OOM_REPORT: &str =
+    "echo ==OOM==; dmesg | grep -A40 'invoked oom-killer' | grep -E 'oom|Node|Free|gfp|mems_allowed|Killed' || true";
+
 /// A hot set of 64 MiB that is only read, on the slow node, beside a cold buffer that fills
-/// the fast node but for 20 MB, for 40 s under `strata daemon` (ambix, 500 ms rounds) with these
+/// the fast node but for 60 MB (less than the daemon's 64 MiB kernel reserve, so the engine sees
+/// it full; with 20 MB left the kernel itself ran short once, before the daemon's first round), for 40 s under `strata daemon` (ambix, 500 ms rounds) with these
 /// trackers: the writer's output and its line in strata stats. (With room for everything Ambix
 /// promotes everything, seen or not: the fast node must be full for the trackers to matter.)
 /// Ambix moves a page after `min_scans` scans: the writer's first writes (filling the buffers)
@@ -229,10 +234,11 @@ fn read_only_hot_set(kernel: Option<&str>, trackers: &str, min_scans: u32) -> (S
         &format!(
             "printf '[daemon]\\ntrackers = [{trackers}]\\n[policy.ambix]\\nmin_scans = {min_scans}\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 500 -q > /dev/null & D=$!\n\
-             sleep 1; $W 64 40 $((FREE_MB - 20)) read > /tmp/w.out & W_PID=$!\n\
+             sleep 1; $W 64 40 $((FREE_MB - 60)) read > /tmp/w.out & W_PID=$!\n\
              sleep 20; strata stats --json > /tmp/s.json\n\
              wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
-             echo ==WRITER==; cat /tmp/w.out; echo ==STATS==; cat /tmp/s.json"
+             echo ==WRITER==; cat /tmp/w.out; echo ==STATS==; cat /tmp/s.json\n\
+             {OOM_REPORT}"
         ),
     );
     assert_eq!(code, 0, "{out}");
@@ -310,16 +316,18 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
     // two hot sets of 55 % of node 0's free memory each, both starting on node 1
     let (code, out) = daemon_guest(
         &daemon_files(),
-        "H=$((FREE_MB * 55 / 100))\n\
-         strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-         sleep 1\n\
-         STRATA_PRIORITY=low $W $H 40 > /tmp/low.out & L=$!\n\
-         STRATA_PRIORITY=high $W $H 40 > /tmp/high.out & H_PID=$!\n\
-         sleep 30; strata stats --json > /tmp/s.json\n\
-         wait $L; echo low=$?; wait $H_PID; echo high=$?; kill $D; wait $D; echo daemon=$?\n\
-         echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
-         echo ==LOW==; cat /tmp/low.out; echo ==HIGH==; cat /tmp/high.out; echo ==STATS==; cat /tmp/s.json\n\
-         echo ==OOM==; dmesg | grep -A40 'invoked oom-killer' | grep -E 'oom|Node|Free|gfp|mems_allowed|Killed' || true",
+        &format!(
+            "H=$((FREE_MB * 55 / 100))\n\
+             strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+             sleep 1\n\
+             STRATA_PRIORITY=low $W $H 40 > /tmp/low.out & L=$!\n\
+             STRATA_PRIORITY=high $W $H 40 > /tmp/high.out & H_PID=$!\n\
+             sleep 30; strata stats --json > /tmp/s.json\n\
+             wait $L; echo low=$?; wait $H_PID; echo high=$?; kill $D; wait $D; echo daemon=$?\n\
+             echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
+             echo ==LOW==; cat /tmp/low.out; echo ==HIGH==; cat /tmp/high.out; echo ==STATS==; cat /tmp/s.json\n\
+             {OOM_REPORT}"
+        ),
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("low=0") && out.contains("high=0") && out.contains("daemon=0"), "{out}");
