@@ -1,6 +1,10 @@
 //! Running a program on the emulated machine: the machine goes to it in $STRATA_EMU, and its
 //! report comes back through the file named by $STRATA_EMU_REPORT.
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -24,15 +28,14 @@ pub struct Run {
 /// Address-space randomisation is off, so single-threaded runs repeat exactly.
 pub fn run_emulated(m: &Machine, cmd: &mut Command, capture: bool) -> Result<Run, Error> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    // fixed-width names: the environment sits on the emulated program's stack, so its length
-    // moves the stack's addresses, and with them cache sets and counts
     let path = std::env::temp_dir().join(format!(
-        "strata-emu-{:010}-{:08}.json",
+        "strata-emu-{}-{}.json",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_file(&path);
     cmd.env("STRATA_EMU", m.env()).env("STRATA_EMU_REPORT", &path);
+    pin_stack(cmd);
     unsafe {
         cmd.pre_exec(|| {
             libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);
@@ -60,6 +63,76 @@ pub fn run_emulated(m: &Machine, cmd: &mut Command, capture: bool) -> Result<Run
     })?;
     let _ = std::fs::remove_file(&path);
     Ok(Run { status, stdout, report: Report::parse(&text)?, wall_s })
+}
+
+/// Bytes the kernel copies to the top of a new program's stack (the file name, the argument
+/// and environment strings) plus 8 per argument and variable (their pointers) that
+/// `pin_stack` makes every emulated program start with.
+const STACK_STRINGS: usize = 64 << 10;
+
+/// Variables `pin_stack` adds: the filler, then empty ones for the count of pointers.
+const PADS: [&str; 8] = [
+    "STRATA_EMU_PAD",
+    "STRATA_EMU_PAD1",
+    "STRATA_EMU_PAD2",
+    "STRATA_EMU_PAD3",
+    "STRATA_EMU_PAD4",
+    "STRATA_EMU_PAD5",
+    "STRATA_EMU_PAD6",
+    "STRATA_EMU_PAD7",
+];
+
+/// Make the stack of the program `cmd` starts independent of its environment and arguments.
+///
+/// The strings sit on the stack, so their size moves the stack's addresses, and with them
+/// cache sets, the lines a bulk copy of a local touches, the simulated time and whatever the
+/// program computes from it: the same program differed by a few accesses in 328 M from run to
+/// run when a recalibrated `host` preset changed the length of $STRATA_EMU. Below the strings
+/// the kernel (fs/binfmt_elf.c) aligns to 16 bytes, puts fixed-size data and then the pointer
+/// arrays, and aligns again: with the strings' bytes plus 8 per pointer a constant and an even
+/// count of pointers, the stack pointer at the program's entry is always the same. The
+/// argument strings, lowest, then start 8 bytes a pointer higher; a count of pointers that is
+/// a multiple of 8 keeps them where they were in their cache lines (a program copies them:
+/// Rust's `std::env::args`). STRATA_EMU_PAD fills the strings up to `STACK_STRINGS` (beyond
+/// it, a multiple of it), and up to seven empty STRATA_EMU_PADn round the count. What remains:
+/// eight variables more or less move the argument strings by a line, into other cache sets,
+/// which can change a miss and, through the simulated time, what a program that reads its
+/// clock does (seen: 3 accesses in 5.2 M for 16 variables instead of 12).
+fn pin_stack(cmd: &mut Command) {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => env.insert(k.to_owned(), v.to_owned()),
+            None => env.remove(k),
+        };
+    }
+    for p in PADS {
+        env.remove(OsStr::new(p));
+    }
+    let file = exec_path(cmd.get_program(), env.get(OsStr::new("PATH")));
+    let args: Vec<&OsStr> = std::iter::once(cmd.get_program()).chain(cmd.get_args()).collect();
+    // every string with its NUL; a variable is KEY=VALUE
+    let mut bytes = file.len() + 1 + args.iter().map(|a| a.len() + 1).sum::<usize>();
+    bytes += env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+    let pointers = (args.len() + env.len() + 1).next_multiple_of(8);
+    for p in &PADS[1..pointers - args.len() - env.len()] {
+        env.insert(p.into(), OsString::new());
+        bytes += p.len() + 2;
+    }
+    let used = bytes + PADS[0].len() + 2 + 8 * pointers;
+    let total = used.div_ceil(STACK_STRINGS) * STACK_STRINGS;
+    env.insert(PADS[0].into(), "x".repeat(total - used).into());
+    cmd.env_clear().envs(env);
+}
+
+/// The file name the kernel gets for `program`: as given if it has a slash, else the first
+/// entry of PATH that has it (as execvp searches).
+fn exec_path(program: &OsStr, path: Option<&OsString>) -> OsString {
+    if program.as_bytes().contains(&b'/') {
+        return program.to_owned();
+    }
+    let dirs = path.map(std::env::split_paths).into_iter().flatten();
+    dirs.map(|d| d.join(program)).find(|p| p.is_file()).map_or_else(|| program.to_owned(), PathBuf::into_os_string)
 }
 
 /// The program's footprint: a run with everything fast and nothing moving, its stdout
