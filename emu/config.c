@@ -24,7 +24,7 @@
     .l1_bytes = 48 << 10, .l1_ways = 12, .l2_bytes = 1280 << 10, .l2_ways = 20,         \
     .llc_bytes = 60ull << 20, .llc_ways = 12, .l1_ns = 1, .l2_ns = 5, .llc_ns = 25,     \
     .dtlb = 64, .dtlb_ways = 4, .dtlb2m = 32, .stlb = 2048, .stlb_ways = 16,            \
-    .stlb_ns = 3, .walk_ns = 30, .mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,         \
+    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .stride_bytes = 2048, .stride_mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,         \
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \
     .tpp_promote_mbps = 65536, .tpp_wmark_low = 0.01, .tpp_wmark_high = 0.02,            \
@@ -84,11 +84,22 @@ static const setting_t settings[] = {
     S("stlb_ways", T_U64, stlb_ways, "ways", "STLB associativity"),
     S("stlb_ns", T_DOUBLE, stlb_ns, "ns", "a DTLB miss that hits the STLB"),
     S("walk_ns", T_DOUBLE, walk_ns, "ns", "a page walk (a miss in every TLB)"),
+    S("walk_near_ns", T_DOUBLE, walk_near_ns, "ns",
+      "a page walk ending on a page-table line next to one of the last 4 walks' (pages within "
+      "16 of a recently walked one: its entries are cached or prefetched)"),
     S("huge", T_INT, huge, "bool", "translate with 2 MiB pages (transparent huge pages)"),
     S("physical", T_INT, physical, "bool",
       "index L2 and the LLC by an emulated physical frame instead of the virtual address"),
     S("mlp", T_DOUBLE, mlp, "misses",
       "misses in flight for a sequential stream (a streamed miss costs latency / mlp)"),
+    S("stride_bytes", T_U64, stride_bytes, "bytes",
+      "the largest constant stride between one instruction's L2 misses that the stride "
+      "prefetcher follows (0: no stride prefetcher)"),
+    S("stride_mlp", T_DOUBLE, stride_mlp, "misses",
+      "misses in flight for a stride the stride prefetcher follows (such a miss costs latency / "
+      "stride_mlp; a pointer chase gets less ahead than a stream)"),
+    S("stride_pages", T_INT, stride_pages, "bool",
+      "the stride prefetcher follows a stride into another 4 KiB page (Intel's stop at the page)"),
     S("epoch_ns", T_DOUBLE, epoch_ns, "ns", "bandwidth accounting period (queueing)"),
     S("fault_ns", T_DOUBLE, fault_ns, "ns", "a first-touch page fault"),
     S("migrate_ns", T_DOUBLE, migrate_ns, "ns", "per moved page: unmap, fault, remap (the copy is extra)"),
@@ -255,8 +266,8 @@ static int check(const emu_config_t *c, char *err, size_t errlen) {
     if (c->distance[i] < 10 || c->distance[i] > 254)
       return fail(err, errlen, "distances are 10..254 (10: local):", "distance", 8);
   }
-  if (c->mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
-    return fail(err, errlen, "mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
+  if (c->mlp < 1 || c->stride_mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
+    return fail(err, errlen, "mlp and stride_mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
   if (c->kernel != KERNEL_NONE && c->kernel != KERNEL_TPP && c->kernel != KERNEL_NOMAD)
     return fail(err, errlen, "kernel must be 0 (none), 1 (tpp) or 2 (nomad):", "kernel", 6);
   if (c->kernel != KERNEL_NONE && c->tpp_scan_period_ns <= 0)

@@ -29,8 +29,8 @@ static emu_thread_t *threads[EMU_MAX_THREADS];
 static _Atomic int nthreads;
 /* per thread and node: bytes/(epoch * bandwidth) of its last epoch, summed for queueing */
 static double thread_util[EMU_MAX_THREADS][EMU_MAX_NODES];
-static uint64_t stream_ps[EMU_MAX_NODES], rd_ps[EMU_MAX_NODES], wr_ps[EMU_MAX_NODES];
-static uint64_t stlb_ps, walk_ps, epoch_ps;
+static uint64_t stream_ps[EMU_MAX_NODES], stride_ps[EMU_MAX_NODES], rd_ps[EMU_MAX_NODES], wr_ps[EMU_MAX_NODES];
+static uint64_t stlb_ps, walk_ps, walk_near_ps, epoch_ps;
 
 /* ---- threads ---------------------------------------------------------------------------- */
 
@@ -64,9 +64,12 @@ static void global_init(void) {
     double line_ns = (double)(1 << EMU_LINE_SHIFT) * 1000.0 / emu_cfg.rd_mbps[n];
     double st = emu_cfg.rd_ns[n] / emu_cfg.mlp;
     stream_ps[n] = (uint64_t)emu_ps(st > line_ns ? st : line_ns);
+    double sd = emu_cfg.rd_ns[n] / emu_cfg.stride_mlp;
+    stride_ps[n] = (uint64_t)emu_ps(sd > line_ns ? sd : line_ns);
   }
   stlb_ps = (uint64_t)emu_ps(emu_cfg.stlb_ns);
   walk_ps = (uint64_t)emu_ps(emu_cfg.walk_ns);
+  walk_near_ps = (uint64_t)emu_ps(emu_cfg.walk_near_ns);
   epoch_ps = (uint64_t)emu_ps(emu_cfg.epoch_ns);
 }
 
@@ -92,6 +95,7 @@ emu_thread_t *emu_thread(void) {
   t->cost_l2 = (uint64_t)emu_ps(c->l2_ns);
   t->cost_llc = (uint64_t)emu_ps(c->llc_ns);
   t->cost_llc_stream = (uint64_t)emu_ps(c->llc_ns / c->mlp);
+  t->cost_llc_stride = (uint64_t)emu_ps(c->llc_ns / c->stride_mlp);
   /* a new thread starts at the first thread's time: most programs spawn from main */
   t->clock_ps = idx ? threads[0]->clock_ps : 0;
   t->epoch_end_ps = t->clock_ps + epoch_ps;
@@ -162,11 +166,47 @@ static inline int stream_continues(emu_thread_t *t, uint64_t line) {
   return 0;
 }
 
+/* Does this L2 miss repeat the step of a recent one's constant stride? (what a stride
+ * prefetcher follows: within its reach, stride_bytes, and with stride_pages into other pages,
+ * it has the line on its way: it costs latency / stride_mlp.) Each of the EMU_STRIDES slots
+ * holds an L2-miss line and the step that led to it: a miss one step on from a slot's line
+ * continues its stride; else it trains the slot whose line is nearest within the reach (its
+ * step becomes the distance), or takes the oldest slot. By address, not by instruction: an
+ * AMD EPYC core follows a pointer chase's 48 KiB stride through a loop unrolled 8 times
+ * (each load's own stride 384 KiB) at 10 ns a hop, against 258 ns in random order. A stride
+ * of one line is the stream detector's. */
+static inline int stride_continues(emu_thread_t *t, uint64_t line) {
+  uint64_t reach = emu_cfg.stride_bytes >> EMU_LINE_SHIFT, nearest = reach + 1;
+  if (!reach) return 0;
+  int near = -1;
+  for (int i = 0; i < EMU_STRIDES; i++) {
+    int64_t step = (int64_t)(line - t->stride_last[i]);
+    uint64_t d = step < 0 ? (uint64_t)-step : (uint64_t)step;
+    if (step != 0 && step == t->stride_step[i]) {
+      int same_page = line >> (EMU_PAGE_SHIFT - EMU_LINE_SHIFT) ==
+                      t->stride_last[i] >> (EMU_PAGE_SHIFT - EMU_LINE_SHIFT);
+      t->stride_last[i] = line;
+      return d > 1 && (emu_cfg.stride_pages || same_page);
+    }
+    if (step != 0 && d < nearest) nearest = d, near = i;
+  }
+  if (near < 0) near = (int)(t->stride_victim++ % EMU_STRIDES), t->stride_step[near] = 0;
+  else t->stride_step[near] = (int64_t)(line - t->stride_last[near]);
+  t->stride_last[near] = line;
+  return 0;
+}
+
+/* How a miss in L2 was prefetched, if it was. */
+enum { PF_STREAM = 1, PF_STRIDE = 2 };
+
 /* A miss in every cache: the line comes from the node of its page. */
-static void memory_access(emu_thread_t *t, int stream, const pte_t *pte, int store,
+static void memory_access(emu_thread_t *t, int prefetched, const pte_t *pte, int store,
                           uintptr_t addr) {
   int node = pte->node;
-  uint64_t cost = stream ? stream_ps[node] : store ? wr_ps[node] : rd_ps[node];
+  uint64_t cost = prefetched == PF_STREAM   ? stream_ps[node]
+                  : prefetched == PF_STRIDE ? stride_ps[node]
+                  : store                   ? wr_ps[node]
+                                            : rd_ps[node];
   t->clock_ps += (uint64_t)((double)cost * emu_queue_factor[node]);
   t->node_accesses[node]++;
   /* a line in, and for a store eventually a line out */
@@ -221,14 +261,28 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     }
     t->l2_misses++;
   }
-  int stream = stream_continues(t, line);
+  int stride = stride_continues(t, line), stream = stream_continues(t, line);
+  t->stride_misses += stride && !stream;
+  int prefetched = stream ? PF_STREAM : stride ? PF_STRIDE : 0;
   if (emu_llc.sets && lru_touch_at(&emu_llc, llc)) {
     t->llc_hits++;
-    t->clock_ps += stream ? t->cost_llc_stream : t->cost_llc;
+    t->clock_ps += stream ? t->cost_llc_stream : stride ? t->cost_llc_stride : t->cost_llc;
     return;
   }
   t->llc_misses++;
-  memory_access(t, stream, pte, store, addr);
+  memory_access(t, prefetched, pte, store, addr);
+}
+
+/* Does this page walk end on a page-table line next to one of the last EMU_WALKS walks'?
+ * (8 entries a line: pages up to 16 pages from a recent walk's.) Such a walk finds its last
+ * level in the caches, or a prefetcher has it on its way, and costs walk_near_ns, not walk_ns
+ * (measured on the AMD EPYC host: 64 ns in random order, 4 ns through a 48 KiB stride). */
+static inline int walk_near(emu_thread_t *t, uint64_t key) {
+  uint64_t line = key >> 3;
+  int near = 0;
+  for (int i = 0; i < EMU_WALKS && !near; i++) near = line - t->walk_last[i] + 2 <= 4;
+  t->walk_last[t->walk_victim++ % EMU_WALKS] = line;
+  return near;
 }
 
 /* The page of addr changed: translate through DTLB, STLB, page walk; fault if needed. */
@@ -241,7 +295,7 @@ static pte_t *translate(emu_thread_t *t, uintptr_t addr, uint64_t vpn) {
         t->clock_ps += stlb_ps;
       } else {
         t->stlb_misses++;
-        t->clock_ps += walk_ps;
+        t->clock_ps += walk_near(t, key) ? walk_near_ps : walk_ps;
       }
     }
     t->last_tlb_key = key;

@@ -13,9 +13,10 @@
  *   physical=1, L2 and LLC by emulated frame; L1/L2 per thread, LLC shared); a miss everywhere
  *   goes to the emulated node of its page, costing that tier's latency; tier costs grow with
  *   the tier's utilisation per epoch (queueing). An L2 miss that continues a sequential stream
- *   (the next line of one of the last 16 misses: what a hardware prefetcher follows) costs
- *   latency / mlp instead, and from memory at least a line's transfer time at the tier's
- *   bandwidth.
+ *   (the next line of one of the last 16 misses: what a hardware prefetcher follows), or
+ *   that repeats a recent miss's constant stride (a stride prefetcher, up to stride_bytes,
+ *   across pages with stride_pages), costs latency / mlp (latency / stride_mlp) instead, and
+ *   from memory at least a line's transfer time at the tier's bandwidth.
  *   Address translation: DTLB -> STLB -> page walk (fixed cost); a page's first touch is a page
  *   fault that places it (first touch or a bind policy).
  * Everything is charged to the thread's simulated clock, in picoseconds. */
@@ -34,6 +35,8 @@
 #define EMU_LINE_SHIFT 6
 #define EMU_PAGE_SHIFT 12
 #define EMU_STREAMS 16
+#define EMU_WALKS 4        /* page walks whose page-table lines a thread remembers */
+#define EMU_STRIDES 16   /* strides the stride prefetcher tracks per thread */
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -68,10 +71,14 @@ typedef struct emu_config_s {
   double l1_ns, l2_ns, llc_ns;      /* hit costs */
   uint64_t dtlb, dtlb_ways, dtlb2m, stlb, stlb_ways;
   double stlb_ns, walk_ns;          /* DTLB miss that hits the STLB; a full page walk */
+  double walk_near_ns;              /* a walk next to a recent walk's page-table line */
   int huge;                         /* 1: translate with 2 MiB pages */
   int physical;                     /* 0: caches indexed by virtual address, as cachegrind; 1:
                                      * L2 and LLC by emulated frame (core.c frame_line) */
   double mlp;                       /* misses in flight for a sequential stream */
+  uint64_t stride_bytes;            /* the largest stride the stride prefetcher follows (0: none) */
+  double stride_mlp;                /* misses in flight for a stride (a miss costs latency / it) */
+  int stride_pages;                 /* 1: it follows strides into other 4 KiB pages */
   double epoch_ns;                  /* bandwidth accounting period */
   double fault_ns;                  /* first-touch page fault */
   double migrate_ns;                /* per moved page: unmap, fault, remap (copy extra) */
@@ -142,7 +149,7 @@ uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 i
   D(accesses, t->loads + t->stores) X(loads) X(stores) X(bulk_bytes)          \
   D(l1_hits, t->loads + t->stores - t->l1_misses) X(l1_misses)                \
   X(l2_hits) X(l2_misses) X(llc_hits) X(llc_misses)                          \
-  X(stream_misses) X(dtlb_misses) X(stlb_misses) X(page_faults) X(hint_faults) \
+  X(stream_misses) X(stride_misses) X(dtlb_misses) X(stlb_misses) X(page_faults) X(hint_faults) \
   X(promoted_pages) X(demoted_pages) X(moved_pages) X(shootdowns) X(migrate_ps)
 #define EMU_STORED(n) uint64_t n;
 #define EMU_DERIVED(n, e)
@@ -156,13 +163,18 @@ typedef struct emu_thread_s {
   uint64_t gen;                     /* TLB shootdown generation seen */
   uint64_t clock_ps;
   uint64_t epoch_end_ps;
-  uint64_t cost_l1, cost_l2, cost_llc, cost_llc_stream; /* ps */
+  uint64_t cost_l1, cost_l2, cost_llc, cost_llc_stream, cost_llc_stride; /* ps */
   int index;
   EMU_COUNTERS(EMU_STORED, EMU_DERIVED)
   uint64_t node_accesses[EMU_MAX_NODES]; /* LLC misses served per node */
   uint64_t epoch_bytes[EMU_MAX_NODES];
   uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
   unsigned stream_victim;
+  uint64_t walk_last[EMU_WALKS];    /* the page-table lines of the last walks */
+  unsigned walk_victim;
+  uint64_t stride_last[EMU_STRIDES]; /* an L2-miss line of each tracked stride */
+  int64_t stride_step[EMU_STRIDES];  /* the step that led to it (0: none yet) */
+  unsigned stride_victim;
   uint64_t sample_countdown;
   int in_engine;                    /* an engine runs on this thread now: not the program */
   lru_t l1, l2, dtlb, stlb;

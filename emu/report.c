@@ -53,7 +53,7 @@ __attribute__((destructor)) static void report(void) {
     if (t->clock_ps > sim_ps) sim_ps = t->clock_ps;
     for (int n = 0; n < emu_cfg.nnodes; n++) node_acc[n] += t->node_accesses[n];
   }
-  _strata_json_put(&o, "{\"version\": 2, \"preset\": ");
+  _strata_json_put(&o, "{\"version\": 3, \"preset\": ");
   _strata_json_str(&o, emu_cfg.preset);
   _strata_json_put(&o, ", \"kernel\": \"%s\", \"sim_ns\": %llu, \"threads\": %d,\n \"peak_resident_pages\": %llu,\n",
                    emu_kernel_name(emu_cfg.kernel), (unsigned long long)(sim_ps / 1000), nt,

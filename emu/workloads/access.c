@@ -5,8 +5,12 @@
  *   access seq    MIB PASSES   sum a MIB-sized array of 8-byte words, PASSES times
  *   access random MIB N        N reads at pseudo-random words (an LCG, all in registers)
  *   access chase  MIB N        N hops around one random cycle through MIB of 64-byte nodes
+ *   access stride MIB N [B]    N hops of a chase through MIB at a constant stride of B bytes
+ *                              (default 49152): each line offset within the stride is a lane
+ *                              walked from start to end, lanes in random order
  *
- * Data sits at a fixed address (mmap with MAP_FIXED_NOREPLACE), so runs are reproducible. */
+ * Data sits at a fixed address (mmap with MAP_FIXED_NOREPLACE), so runs are reproducible. The
+ * time printed is the timed loop's: wall time natively, simulated time on the emulator. */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
@@ -28,15 +32,19 @@ static void *region(size_t bytes) {
   return p;
 }
 
+/* the emulator's clock, when the program runs on it (linked with libstrata_emu) */
+extern uint64_t strata_emu_now_ns(void) __attribute__((weak));
+
 static double now_s(void) {
+  if (strata_emu_now_ns) return (double)strata_emu_now_ns() * 1e-9;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: access seq|random|chase MIB COUNT\n");
+  if (argc != 4 && !(argc == 5 && !strcmp(argv[1], "stride"))) {
+    fprintf(stderr, "usage: access seq|random|chase MIB COUNT, access stride MIB COUNT [BYTES]\n");
     return 2;
   }
   size_t bytes = (size_t)strtoull(argv[2], NULL, 10) << 20;
@@ -89,8 +97,41 @@ int main(int argc, char **argv) {
     for (uint64_t k = 0; k < count; k++) p = p->next;
     t1 = now_s();
     sum = (uint64_t)(p - a);
+  } else if (!strcmp(argv[1], "stride")) {
+    size_t stride = argc == 5 ? (size_t)strtoull(argv[4], NULL, 10) : 49152;
+    if (stride < 64 || stride % 64 || stride > bytes) {
+      fprintf(stderr, "access: the stride must be a multiple of 64 bytes, at most MIB\n");
+      return 2;
+    }
+    size_t lanes = stride / 64, per_lane = bytes / stride;
+    uint64_t *a = region(bytes);
+    size_t *order = malloc(lanes * sizeof *order);
+    if (!order) return 1;
+    for (size_t i = 0; i < lanes; i++) order[i] = i;
+    uint64_t x = 2025;
+    for (size_t i = lanes - 1; i > 0; i--) { /* Fisher-Yates */
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      size_t j = (size_t)((x >> 17) % (i + 1)), t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+    /* word index of lane l's i-th node; each node holds the address of the next */
+    uint64_t *first = &a[order[0] * 8], **prev = (uint64_t **)first;
+    for (size_t l = 0; l < lanes; l++)
+      for (size_t i = 0; i < per_lane; i++) {
+        uint64_t *node = &a[(i * stride + order[l] * 64) / 8];
+        *prev = node;
+        prev = (uint64_t **)node;
+      }
+    *prev = first;
+    free(order);
+    uint64_t *p = first;
+    t0 = now_s();
+    for (uint64_t k = 0; k < count; k++) p = *(uint64_t **)p;
+    t1 = now_s();
+    sum = (uint64_t)(p - a);
   } else {
-    fprintf(stderr, "access: unknown workload '%s' (seq, random, chase)\n", argv[1]);
+    fprintf(stderr, "access: unknown workload '%s' (seq, random, chase, stride)\n", argv[1]);
     return 2;
   }
   printf("%s %.6f s checksum %llu\n", argv[1], t1 - t0, (unsigned long long)sum);

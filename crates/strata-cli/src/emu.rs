@@ -121,7 +121,15 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
                 out.progress("validate").say(&format!("wrote {}", p.display()));
             }
             out.print(&r, validate::Report::table)?;
-            Ok(0)
+            match r.passed {
+                true => Ok(0),
+                false => Err(strata_emu::Error::Failed(format!(
+                    "the emulator is outside its bounds on {}: {}",
+                    r.cpu_model,
+                    r.failures().join("; ")
+                ))
+                .into()),
+            }
         }
     }
 }

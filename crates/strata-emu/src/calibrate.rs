@@ -6,7 +6,10 @@
 //! memory-level parallelism of a stream (mlp = latency / line transfer time); every CPU
 //! streaming at once gives the memory's bandwidth, the capacity the emulator's queueing divides
 //! by (one thread's own rate would make a lone stream queue behind itself, a cost the
-//! one-thread measurement already includes).
+//! one-thread measurement already includes). Chases through constant strides of 128 B to
+//! 256 KiB, against the random chase, give the stride prefetcher's reach and whether it
+//! crosses pages: processors differ there (an AMD EPYC core follows a 48 KiB stride across
+//! pages, Intel's cores stop at the page).
 use std::time::Instant;
 
 use serde::Serialize;
@@ -41,6 +44,60 @@ pub struct Calibration {
     pub memory_mbps: f64,
     pub mlp: f64,
     pub memory_bytes: u64,
+    /// the constant-stride chases (4 KiB pages), against `random_ns`
+    pub strides: Vec<StrideChase>,
+    /// ns per hop of the random chase with 4 KiB pages (memory_ns + walk_ns)
+    pub random_ns: f64,
+    /// the largest stride followed, with every smaller one (0: none)
+    pub stride_bytes: u64,
+    /// a stride of a page or more was followed
+    pub stride_pages: bool,
+    /// the `NEAR_STRIDE` chase with 2 MiB pages: the same hops without page walks
+    pub near_stride_huge_ns: f64,
+    /// a page walk next to a recent one's page-table line: the `NEAR_STRIDE` chase with 4 KiB
+    /// pages minus with 2 MiB pages
+    pub walk_near_ns: f64,
+    /// misses in flight for a followed stride: memory latency over the `NEAR_STRIDE` chase's
+    /// hop with 2 MiB pages (1 when the stride is not followed)
+    pub stride_mlp: f64,
+}
+
+/// A chase through a constant stride: followed by a prefetcher when a hop costs less than
+/// `FOLLOWED` of a random one.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct StrideChase {
+    pub stride: u64,
+    pub ns_per_hop: f64,
+    pub followed: bool,
+}
+
+/// Strides the calibration chases: within a page, and across pages up to 256 KiB (the layout
+/// benchmark's malloc lists step 48 KiB).
+pub const STRIDES: [u64; 11] = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 49152, 65536, 262144];
+
+/// The stride whose chases with 4 KiB and with 2 MiB pages give the cost of a page walk near the
+/// last one (12 pages on, a page-table line and a half): the layout benchmark's malloc lists'.
+pub const NEAR_STRIDE: u64 = 49152;
+
+/// A stride is followed when a hop through it costs less than this share of a random hop.
+pub const FOLLOWED: f64 = 0.5;
+
+/// Misses in flight for a followed stride, from the memory latency and a hop of the
+/// `NEAR_STRIDE` chase with 2 MiB pages (`hop_ns`): the emulator charges such a miss latency /
+/// stride_mlp, times its queueing factor at the bandwidth the chase itself uses (a line a hop,
+/// M/D/1 as emu/core.c's epoch_end), which the measured hop already includes: without taking
+/// it out the emulated chase came out 12 % slower than the native one on the AMD EPYC host.
+pub fn stride_mlp(memory_ns: f64, hop_ns: f64, memory_mbps: f64) -> f64 {
+    let rho = (64.0 / hop_ns / (memory_mbps / 1000.0)).min(0.95);
+    let queueing = 1.0 + rho / (2.0 * (1.0 - rho));
+    (memory_ns * queueing / hop_ns).max(1.0)
+}
+
+/// The stride prefetcher's settings from the chases: the largest stride followed with every
+/// smaller one, and whether one of a page or more was.
+pub fn stride_reach(chases: &[StrideChase]) -> (u64, bool) {
+    let reach = chases.iter().take_while(|c| c.followed).last().map_or(0, |c| c.stride);
+    (reach, reach >= 4096)
 }
 
 impl Calibration {
@@ -66,7 +123,11 @@ impl Calibration {
             s("l2_ns", format!("{:.2}", self.l2_ns)),
             s("llc_ns", format!("{:.2}", self.llc_ns)),
             s("walk_ns", format!("{:.1}", self.walk_ns)),
+            s("walk_near_ns", format!("{:.1}", self.walk_near_ns)),
             s("mlp", format!("{:.2}", self.mlp)),
+            s("stride_bytes", self.stride_bytes.to_string()),
+            s("stride_mlp", format!("{:.2}", self.stride_mlp)),
+            s("stride_pages", u8::from(self.stride_pages).to_string()),
         ]
     }
 }
@@ -175,12 +236,7 @@ impl Chase {
     }
 
     fn hops(&mut self, n: u64) {
-        let base = self.buf.base as *const usize;
-        let mut p = self.p;
-        for _ in 0..n {
-            p = unsafe { *base.add(p) };
-        }
-        self.p = std::hint::black_box(p);
+        self.p = hops(self.buf.base as *const usize, self.p, n);
     }
 
     /// ns per hop over the next `n` hops.
@@ -191,8 +247,44 @@ impl Chase {
     }
 }
 
+/// `n` hops of a chase whose words hold the index of the next, from word `p`; where it ended.
+fn hops(base: *const usize, mut p: usize, n: u64) -> usize {
+    for _ in 0..n {
+        p = unsafe { *base.add(p) };
+    }
+    std::hint::black_box(p)
+}
+
 fn chase(bytes: usize, huge: bool, hops: u64) -> Result<f64, Error> {
     Ok(Chase::new(bytes, huge)?.ns_per_hop(hops))
+}
+
+/// ns per hop of a chase through `buf` (4 KiB pages) at a constant `stride`: the lines at
+/// each offset within the stride form a lane walked from start to end, lanes in random order
+/// (so that the line next to one just read, which a core may fetch with it, is not read soon).
+fn stride_chase(buf: &Buffer, bytes: usize, stride: usize, n: u64) -> f64 {
+    let words = buf.base as *mut usize;
+    let (lanes, per_lane) = (stride / 64, bytes / stride);
+    let mut order: Vec<usize> = (0..lanes).collect();
+    let mut x: u64 = 0x2545f4914f6cdd1d ^ stride as u64;
+    for i in (1..lanes).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        order.swap(i, ((x >> 17) % (i as u64 + 1)) as usize);
+    }
+    let word = |lane: usize, i: usize| (i * stride + lane * 64) / 8;
+    let mut prev = word(order[0], 0);
+    for &lane in &order {
+        for i in 0..per_lane {
+            let w = word(lane, i);
+            unsafe { *words.add(prev) = w };
+            prev = w;
+        }
+    }
+    unsafe { *words.add(prev) = word(order[0], 0) };
+    let p = hops(words, word(order[0], 0), n / 4); // warm up: the TLB's and the prefetcher's state
+    let t = Instant::now();
+    hops(words, p, n);
+    t.elapsed().as_nanos() as f64 / n as f64
 }
 
 /// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the
@@ -277,6 +369,22 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     } else {
         stream_mbps
     };
+    say("pointer chases: constant strides of 128 B to 256 KiB (4 KiB pages), 48 KiB (2 MiB pages)");
+    let random_ns = memory_ns + walk_ns;
+    let buf = Buffer::new(big, false)?;
+    let strides: Vec<StrideChase> = STRIDES
+        .iter()
+        .map(|&stride| {
+            let ns_per_hop = stride_chase(&buf, big, stride as usize, 400_000);
+            StrideChase { stride, ns_per_hop, followed: ns_per_hop < FOLLOWED * random_ns }
+        })
+        .collect();
+    drop(buf);
+    let huge = Buffer::new(big, true)?;
+    let near_stride_huge_ns = stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000);
+    drop(huge);
+    let near_small = strides.iter().find(|c| c.stride == NEAR_STRIDE).map_or(random_ns, |c| c.ns_per_hop);
+    let (stride_bytes, stride_pages) = stride_reach(&strides);
     let line_ns = 64.0 * 1000.0 / stream_mbps;
     Ok(Calibration {
         host: Host::detect(),
@@ -292,6 +400,13 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
         memory_mbps,
         mlp: (memory_ns / line_ns).max(1.0),
         memory_bytes: mem_total(),
+        strides,
+        random_ns,
+        stride_bytes,
+        stride_pages,
+        near_stride_huge_ns,
+        walk_near_ns: (near_small - near_stride_huge_ns).max(0.0),
+        stride_mlp: stride_mlp(memory_ns, near_stride_huge_ns, memory_mbps),
     })
 }
 
@@ -316,6 +431,22 @@ impl Calibration {
         s += &format!(
             "page walk (4 KiB vs 2 MiB pages, memory chase): {:.1} ns\nstreaming read, one thread: {:.0} MB/s, so mlp {:.2}; every CPU at once: {:.0} MB/s (the tier's bandwidth)\n",
             c.walk_ns, c.stream_mbps, c.mlp, c.memory_mbps
+        );
+        s += &format!(
+            "constant-stride chases, ns per hop (4 KiB pages; random order {:.1} ns; followed below {:.0} %):\n",
+            c.random_ns,
+            FOLLOWED * 100.0
+        );
+        for x in &c.strides {
+            let mark = if x.followed { "followed" } else { "" };
+            s += &format!("  {:>7} B {:>8.1} ns  {mark}\n", x.stride, x.ns_per_hop);
+        }
+        s += &format!(
+            "{} KiB stride with 2 MiB pages: {:.1} ns a hop, so stride_mlp {:.2}; a page walk near the last one (4 KiB vs 2 MiB pages): {:.1} ns\n",
+            NEAR_STRIDE >> 10,
+            c.near_stride_huge_ns,
+            c.stride_mlp,
+            c.walk_near_ns
         );
         s += "\nas emulator settings:\n";
         for (k, v) in c.settings() {
@@ -349,11 +480,42 @@ mod tests {
             memory_mbps: 15000.0,
             mlp: 12.5,
             memory_bytes: 1 << 30,
+            strides: Vec::new(),
+            random_ns: 130.0,
+            stride_bytes: 49152,
+            stride_pages: true,
+            near_stride_huge_ns: 10.0,
+            walk_near_ns: 4.0,
+            stride_mlp: 10.0,
         };
         let s: std::collections::HashMap<String, String> = c.settings().into_iter().collect();
         assert_eq!(s["read_mbps"], "15000");
         assert_eq!(s["write_mbps"], "15000");
         assert_eq!(s["mlp"], "12.50");
+        assert_eq!((s["stride_bytes"].as_str(), s["stride_pages"].as_str()), ("49152", "1"));
+    }
+
+    #[test]
+    fn a_followed_stride_costs_the_measured_hop_with_the_emulators_queueing() {
+        // a hop of 10 ns at 32 GB/s uses a fifth of the bandwidth: queueing 1.125
+        let m = stride_mlp(170.0, 10.0, 32000.0);
+        assert!((m - 170.0 * 1.125 / 10.0).abs() < 1e-9, "{m}");
+        let cost = 170.0 / m; // what the emulator charges before queueing
+        let rho = 64.0 / cost / 32.0; // ... and at that cost's own rate (close to the hop's)
+        assert!((cost * (1.0 + rho / (2.0 * (1.0 - rho))) / 10.0 - 1.0).abs() < 0.03);
+        assert_eq!(stride_mlp(170.0, 400.0, 32000.0), 1.0, "never below one miss in flight");
+    }
+
+    #[test]
+    fn the_stride_reach_is_the_largest_stride_followed_with_every_smaller_one() {
+        let c = |stride, followed| StrideChase { stride, ns_per_hop: 0.0, followed };
+        // Intel-like: within the page only
+        assert_eq!(stride_reach(&[c(128, true), c(2048, true), c(4096, false), c(49152, false)]), (2048, false));
+        // AMD-like: across pages, far
+        assert_eq!(stride_reach(&[c(128, true), c(4096, true), c(49152, true), c(65536, false)]), (49152, true));
+        // a large stride that happened to be fast beyond a gap does not count
+        assert_eq!(stride_reach(&[c(128, true), c(256, false), c(49152, true)]), (128, false));
+        assert_eq!(stride_reach(&[c(128, false)]), (0, false));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::machine::Kernel;
 use crate::Error;
 
 /// The report's version this side reads.
-pub const REPORT_VERSION: u32 = 2;
+pub const REPORT_VERSION: u32 = 3;
 
 /// Counters of a thread, or summed over threads (emu/emu.h's EMU_COUNTERS, in its order).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -26,6 +26,9 @@ pub struct Counters {
     pub llc_misses: u64,
     /// L2 misses that continued a sequential stream (prefetched)
     pub stream_misses: u64,
+    /// L2 misses that repeated their instruction's constant stride (prefetched; not counted
+    /// again when they also continued a stream)
+    pub stride_misses: u64,
     pub dtlb_misses: u64,
     /// page walks
     pub stlb_misses: u64,
@@ -184,8 +187,8 @@ impl Report {
             s += &format!("{:<6} {:>14} {:>14} {:>10}\n", name, h, m, pct(m, h + m));
         }
         s += &format!(
-            "L2 misses continuing a sequential stream (prefetched): {}\nDTLB misses {}, STLB misses (page walks) {}\n",
-            t.stream_misses, t.dtlb_misses, t.stlb_misses
+            "L2 misses prefetched: continuing a sequential stream {}, repeating a stride {}\nDTLB misses {}, STLB misses (page walks) {}\n",
+            t.stream_misses, t.stride_misses, t.dtlb_misses, t.stlb_misses
         );
         s += &format!("page faults (first touch) {}, hint faults {}\n\n", t.page_faults, t.hint_faults);
         s += &format!("{:<5} {:>16} {:>16} {:>16}\n", "node", "memory accesses", "resident pages", "capacity pages");

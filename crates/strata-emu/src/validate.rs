@@ -4,10 +4,16 @@
 //!      instrumented on the emulator, both with the same D1 and LL geometry (no L2, as
 //!      cachegrind has none) and indexing (by virtual address: physical=0); D1 and LL data
 //!      misses are compared;
-//!   2. layout speed-up vs reality: `strata bench locality` (malloc lists vs next_to lists),
-//!      natively and, built with `strata emu cargo`, on the `host` preset (this machine,
-//!      calibrated first; one tier);
-//!   3. speed: simulated accesses per second of wall time, and slowdown vs native.
+//!   2. chases vs reality: a pointer chase in random order (no prefetcher helps) and one through
+//!      a constant 48 KiB stride (a stride prefetcher may), ns per hop natively and on the
+//!      `host` preset (this machine, calibrated first; one tier);
+//!   3. layout speed-up vs reality: `strata bench locality` (malloc lists vs next_to lists),
+//!      natively and, built with `strata emu cargo`, on the `host` preset;
+//!   4. speed: simulated accesses per second of wall time, and slowdown vs native.
+//!
+//! Each figure has a bound (misses within 5 % of cachegrind's, each emulated/native ratio
+//! within 25 %; --quick: within 2x): the report lists them, and the command fails when one is
+//! not met.
 //!
 //! Every timed program runs --repeat times, native and emulated alternating, so that a change
 //! in the machine's speed meets both: a speed-up is the median over the runs, a speed the
@@ -52,6 +58,47 @@ struct Workload {
     #[serde(flatten)]
     speed: Speed,
 }
+
+/// A chase (emu/workloads/access.c) natively and on the host preset: ns per hop.
+#[derive(Serialize, serde::Deserialize)]
+struct Chase {
+    name: String,
+    args: Vec<String>,
+    /// every native run's
+    native_ns_per_hop: Vec<f64>,
+    /// simulated (the emulated run repeats exactly: it ran once)
+    emulated_ns_per_hop: f64,
+    /// emulated / native (the median of the native runs)
+    ratio: f64,
+}
+
+/// One bound of the validation.
+#[derive(Serialize, serde::Deserialize)]
+pub struct Check {
+    pub what: String,
+    pub value: f64,
+    pub low: f64,
+    pub high: f64,
+    pub ok: bool,
+}
+
+impl Check {
+    fn new(what: impl Into<String>, value: f64, (low, high): (f64, f64)) -> Check {
+        Check { what: what.into(), value, low, high, ok: (low..=high).contains(&value) }
+    }
+}
+
+/// An emulated/native ratio's bound: within 25 %, or 2x with --quick.
+fn ratio_bound(quick: bool) -> (f64, f64) {
+    if quick {
+        (0.5, 2.0)
+    } else {
+        (0.75, 1.25)
+    }
+}
+
+/// A miss count's bound against cachegrind: 5 %.
+const MISS_BOUND: f64 = 0.05;
 
 /// The layout benchmark's runs, in order.
 #[derive(Serialize, serde::Deserialize)]
@@ -119,12 +166,61 @@ pub struct Report {
     pub native_accesses_per_sec: f64,
     /// emulated wall time / native wall time over the same programs, fastest runs
     pub slowdown: f64,
+    /// every bound, and whether all were met
+    pub checks: Vec<Check>,
+    pub passed: bool,
     geometry: Value,
     workloads: Vec<Workload>,
+    chases: Vec<Chase>,
     layout: Layout,
     /// the calibrated host preset the layout ran on
     host: Machine,
     machine: Host,
+}
+
+/// The chases of item 2 on `host`: over 4 times its LLC (at least 256 MiB), 4 KiB pages.
+fn chases(
+    host: &Machine,
+    plain: &PathBuf,
+    instrumented: &PathBuf,
+    quick: bool,
+    repeat: u32,
+    say: &dyn Fn(&str),
+) -> Result<Vec<Chase>, Error> {
+    let llc: u64 = host.get("llc").and_then(|v| v.parse().ok()).unwrap_or(32 << 20);
+    let mib = ((4 * llc) >> 20).max(256).to_string();
+    let hops: u64 = if quick { 500_000 } else { 2_000_000 };
+    let mut out = Vec::new();
+    for (name, workload) in [("random chase", "chase"), ("48 KiB stride", "stride")] {
+        say(&format!("{name} over {mib} MiB: native, emulated (host preset)"));
+        let args = vec![workload.to_string(), mib.clone(), hops.to_string()];
+        let per_hop = |stdout: &[u8]| -> Result<f64, Error> {
+            let text = String::from_utf8_lossy(stdout);
+            let s: f64 = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|x| x.parse().ok())
+                .ok_or_else(|| failed(format!("access printed '{text}'")))?;
+            Ok(s * 1e9 / hops as f64)
+        };
+        let native =
+            (0..repeat).map(|_| per_hop(&wall(Proc::new(plain).args(&args))?.1)).collect::<Result<Vec<_>, _>>()?;
+        let mut c = Proc::new(instrumented);
+        c.args(&args);
+        let r = run_emulated(host, &mut c, true)?;
+        if !r.status.success() {
+            return Err(failed(format!("{} {args:?} failed on the emulator", instrumented.display())));
+        }
+        let emulated = per_hop(&r.stdout)?;
+        out.push(Chase {
+            name: name.into(),
+            args,
+            ratio: emulated / median(native.clone()),
+            native_ns_per_hop: native,
+            emulated_ns_per_hop: emulated,
+        });
+    }
+    Ok(out)
 }
 
 fn built(name: &str) -> Result<PathBuf, Error> {
@@ -243,6 +339,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     say("calibrating the host preset");
     let mut host = Machine::preset("host", quiet)?;
     host.set("huge", "0");
+    let chases = chases(&host, &plain, &instrumented, a.quick, repeat, &say)?;
     let (lists, nodes, rounds) = if a.quick { ("256", "2000", "2") } else { ("1024", "8000", "3") };
     let largs: Vec<String> = [
         "bench",
@@ -321,7 +418,18 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     let acc: u64 = runs.iter().map(|r| r.accesses).sum();
     let esec: f64 = runs.iter().map(|r| r.emulated_s).sum();
     let nsec: f64 = runs.iter().map(|r| r.native_s).sum();
+    let bound = ratio_bound(a.quick);
+    let mut checks: Vec<Check> = workloads
+        .iter()
+        .map(|w| {
+            Check::new(format!("{}: misses vs cachegrind", w.name), w.d1_rel_err.max(w.ll_rel_err), (0.0, MISS_BOUND))
+        })
+        .collect();
+    checks.extend(chases.iter().map(|c| Check::new(format!("{}: emulated/native ns per hop", c.name), c.ratio, bound)));
+    checks.push(Check::new("layout: emulated/native speed-up", sp_e / sp_n, bound));
     let report = Report {
+        passed: checks.iter().all(|c| c.ok),
+        checks,
         cpu_model: Host::detect().cpu_model,
         max_miss_rel_err: workloads.iter().map(|w| w.d1_rel_err.max(w.ll_rel_err)).fold(0.0, f64::max),
         layout_speedup_native: sp_n,
@@ -333,6 +441,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         slowdown: esec / nsec,
         geometry: serde_json::json!({"d1_bytes": D1.0, "d1_ways": D1.1, "ll_bytes": LL.0, "ll_ways": LL.1, "line": 64}),
         workloads,
+        chases,
         layout,
         host,
         machine: Host::detect(),
@@ -372,6 +481,17 @@ impl Report {
             );
         }
         let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
+        s += "\nchases, ns per hop (host preset, 4 KiB pages):\n";
+        for c in &report.chases {
+            s += &format!(
+                "  {:<14} native {} (median {:.1}), emulated {:.1}, ratio {:.2}\n",
+                c.name,
+                list(&c.native_ns_per_hop),
+                median(c.native_ns_per_hop.clone()),
+                c.emulated_ns_per_hop,
+                c.ratio
+            );
+        }
         let l = &report.layout;
         s += &format!(
         "\nlayout (strata bench locality, next_to vs malloc): native {:.2}x, emulated (host preset) {:.2}x, ratio {:.2}\n",
@@ -392,7 +512,18 @@ impl Report {
             report.native_accesses_per_sec / 1e6,
             report.repeat
         );
+        s += "\nbounds:\n";
+        for c in &report.checks {
+            let verdict = if c.ok { "ok" } else { "NOT MET" };
+            s += &format!("  {:<46} {:>8.4} in [{}, {}]  {verdict}\n", c.what, c.value, c.low, c.high);
+        }
+        s += if report.passed { "every bound met\n" } else { "some bounds not met\n" };
         s
+    }
+
+    /// The bounds not met, for the command's error.
+    pub fn failures(&self) -> Vec<String> {
+        self.checks.iter().filter(|c| !c.ok).map(|c| format!("{} = {:.4}", c.what, c.value)).collect()
     }
 }
 
