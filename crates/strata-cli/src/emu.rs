@@ -24,7 +24,9 @@ pub enum Command {
         args: Vec<String>,
     },
     /// Run an instrumented program on the emulated machine and report caches, TLBs, tiers,
-    /// faults and migrations
+    /// faults and migrations. Address randomisation is off and the program's environment gains
+    /// STRATA_EMU, STRATA_EMU_REPORT and STRATA_EMU_PAD* (which pin its stack), so a
+    /// single-threaded program repeats exactly
     Run(RunArgs),
     /// Every setting of the emulated machine (unit, default, meaning) and the presets
     Settings {
