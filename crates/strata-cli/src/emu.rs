@@ -34,7 +34,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure this machine (pointer chase, streaming): the `host` preset's figures
+    /// Measure this machine (pointer chases in random order and through strides, streaming):
+    /// the `host` preset's figures, kept in ~/.cache/strata/host-preset.json so that runs on
+    /// the preset repeat (measure again after a change of the machine's setup)
     Calibrate {
         #[command(flatten)]
         out: Output,
@@ -113,6 +115,10 @@ pub fn run(c: Command) -> anyhow::Result<i32> {
         }
         Command::Calibrate { out } => {
             let c = calibrate::measure(out.quiet)?;
+            if let Some(p) = calibrate::saved_path() {
+                calibrate::save(&c, &p)?;
+                out.progress("calibrate").say(&format!("kept for the host preset in {}", p.display()));
+            }
             out.print(&c, calibrate::Calibration::table)?;
             Ok(0)
         }

@@ -12,7 +12,9 @@
 //! pages, Intel's cores stop at the page).
 use std::time::Instant;
 
-use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 use strata_util::{median, Host, Progress};
 
 use crate::Error;
@@ -21,13 +23,13 @@ use crate::Error;
 pub const L1_BASE_NS: f64 = 1.0;
 
 /// One cache level as sysfs describes it.
-#[derive(Serialize, Clone, Copy, Debug)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug)]
 pub struct Level {
     pub bytes: u64,
     pub ways: u64,
 }
 
-#[derive(Serialize, Debug)]
+#[derive(Serialize, Deserialize, Debug)]
 pub struct Calibration {
     /// the machine measured
     pub host: Host,
@@ -64,7 +66,7 @@ pub struct Calibration {
 
 /// A chase through a constant stride: followed by a prefetcher when a hop costs less than
 /// `FOLLOWED` of a random one.
-#[derive(Serialize, Debug, Clone, Copy)]
+#[derive(Serialize, Deserialize, Debug, Clone, Copy)]
 pub struct StrideChase {
     pub stride: u64,
     pub ns_per_hop: f64,
@@ -346,6 +348,50 @@ fn mem_total() -> u64 {
         .map_or(1 << 34, |kb| kb * 1024)
 }
 
+/// Where the last calibration of this machine is kept: $XDG_CACHE_HOME/strata/host-preset.json,
+/// or ~/.cache/strata/host-preset.json (none without either variable).
+pub fn saved_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("strata").join("host-preset.json"))
+}
+
+/// The calibration saved at `path`, if it was measured on `host` (the same CPU model, CPUs,
+/// LLC, memory and kernel) and this version of Strata reads it.
+pub fn load(path: &Path, host: &Host) -> Option<Calibration> {
+    let c: Calibration = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    (c.host == *host).then_some(c)
+}
+
+/// Keep a calibration at `path` for the `host` preset.
+pub fn save(c: &Calibration, path: &Path) -> Result<(), Error> {
+    let saving = || strata_util::io(format!("saving the calibration to {}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(saving())?;
+    }
+    let text = serde_json::to_string_pretty(c).map_err(|e| Error::Failed(format!("calibration JSON: {e}")))?;
+    std::fs::write(path, text).map_err(saving())?;
+    Ok(())
+}
+
+/// The `host` preset's figures: the saved calibration of this machine, so that runs on the
+/// preset repeat exactly (each measurement differs a little, and the machine with it); else
+/// measured now and saved. `strata emu calibrate` measures again.
+pub fn saved_or_measured(quiet: bool) -> Result<Calibration, Error> {
+    let path = saved_path();
+    if let Some(c) = path.as_deref().and_then(|p| load(p, &Host::detect())) {
+        return Ok(c);
+    }
+    let c = measure(quiet)?;
+    if let Some(p) = &path {
+        if let Err(e) = save(&c, p) {
+            Progress::new("calibrate", quiet).say(&format!("not kept: {e}"));
+        }
+    }
+    Ok(c)
+}
+
 /// Measure (a few seconds; progress on stderr unless quiet).
 pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let progress = Progress::new("calibrate", quiet);
@@ -516,6 +562,44 @@ mod tests {
         // a large stride that happened to be fast beyond a gap does not count
         assert_eq!(stride_reach(&[c(128, true), c(256, false), c(49152, true)]), (128, false));
         assert_eq!(stride_reach(&[c(128, false)]), (0, false));
+    }
+
+    #[test]
+    fn a_saved_calibration_serves_the_machine_it_was_measured_on_only() {
+        let l = Level { bytes: 1 << 20, ways: 16 };
+        let here = Host::detect();
+        let c = Calibration {
+            host: here.clone(),
+            l1: l,
+            l2: l,
+            llc: l,
+            l1_ns: 1.0,
+            l2_ns: 4.0,
+            llc_ns: 20.0,
+            memory_ns: 100.0,
+            walk_ns: 30.0,
+            stream_mbps: 8000.0,
+            memory_mbps: 15000.0,
+            mlp: 12.5,
+            memory_bytes: 1 << 30,
+            strides: vec![StrideChase { stride: 128, ns_per_hop: 5.0, followed: true }],
+            random_ns: 130.0,
+            stride_bytes: 128,
+            stride_pages: false,
+            near_stride_huge_ns: 10.0,
+            walk_near_ns: 4.0,
+            stride_mlp: 10.0,
+        };
+        let dir = std::env::temp_dir().join(format!("strata-calibration-{}", std::process::id()));
+        let path = dir.join("sub/host-preset.json");
+        save(&c, &path).unwrap();
+        let back = load(&path, &here).expect("read back on the same machine");
+        assert_eq!(back.settings(), c.settings());
+        let other = Host { cpu_model: "Intel(R) Xeon(R)".into(), ..here.clone() };
+        assert!(load(&path, &other).is_none(), "another CPU measures again");
+        std::fs::write(&path, "{\"host\": 1}").unwrap();
+        assert!(load(&path, &here).is_none(), "an unreadable file measures again");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -101,13 +101,24 @@ pub struct Machine {
 
 impl Machine {
     /// A preset of the emulator's table (`strata emu settings` lists them), or `host`: this
-    /// machine, measured first by `strata emu calibrate` (a few seconds; progress unless quiet).
+    /// machine as `strata emu calibrate` last measured it (measured now, a few seconds, when it
+    /// never was; progress unless quiet).
     pub fn preset(name: &str, quiet: bool) -> Result<Machine, Error> {
-        let mut m = Machine { preset: name.into(), settings: vec![("preset".into(), name.into())] };
-        if name == "host" {
-            for (k, v) in calibrate::measure(quiet)?.settings() {
-                m.set(&k, &v);
+        match name {
+            "host" => Machine::host(&calibrate::saved_or_measured(quiet)?),
+            _ => {
+                let m = Machine { preset: name.into(), settings: vec![("preset".into(), name.into())] };
+                m.resolve()?;
+                Ok(m)
             }
+        }
+    }
+
+    /// The `host` preset of a calibration.
+    pub fn host(c: &calibrate::Calibration) -> Result<Machine, Error> {
+        let mut m = Machine { preset: "host".into(), settings: vec![("preset".into(), "host".into())] };
+        for (k, v) in c.settings() {
+            m.set(&k, &v);
         }
         m.resolve()?;
         Ok(m)
