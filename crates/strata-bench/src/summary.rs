@@ -357,15 +357,14 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 header(&mut s, &r.measured, "Emulator validation", &path, dir);
                 let x = &r.report;
                 let _ = writeln!(s, "| check | figure | bound |\n|---|---|---|");
+                for c in &x.checks {
+                    let verdict = if c.ok { "" } else { " (not met)" };
+                    let _ = writeln!(s, "| {} | {:.4}{verdict} | {}-{} |", c.what, c.value, c.low, c.high);
+                }
                 let _ = writeln!(
                     s,
-                    "| cache misses vs cachegrind, worst relative difference | {:.4} | 0.05 |",
-                    x.max_miss_rel_err
-                );
-                let _ = writeln!(
-                    s,
-                    "| layout speed-up, emulated (host preset) / native | {:.2} ({:.1}x / {:.1}x) | 0.75-1.25 |",
-                    x.layout_ratio, x.layout_speedup_emulated, x.layout_speedup_native
+                    "| layout speed-up, emulated (host preset) and native | {:.2}x and {:.2}x | |",
+                    x.layout_speedup_emulated, x.layout_speedup_native
                 );
                 let _ = writeln!(
                     s,
