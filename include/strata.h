@@ -199,6 +199,9 @@ STRATA_API int strata_rules_check(const char *path, char *err, size_t errn);
 STRATA_API uint64_t strata_now_ns(void);
 /* 1 when the program runs on the emulated machine. */
 STRATA_API int strata_emulated(void);
+/* One counter of the emulated machine for the calling thread ("l1_misses", "stlb_misses",
+ * "llc_misses", ...: the report's), or -1 natively or for a name it does not know. */
+STRATA_API int64_t strata_emulated_counter(const char *name);
 
 /* ------------------------------------------------------------------------------------------
  * Options: read from STRATA_<NAME> environment variables on first use.

@@ -41,6 +41,8 @@ fn main() {
     }
     println!("cargo:rerun-if-changed={}", root.join("include/strata.h").display());
     println!("cargo:rerun-if-changed={}", src.join("internal.h").display());
-    build.compile("strata");
+    // not "strata": a program built for the emulator links with -L build/ (for
+    // libstrata_emu.so), where make's build/libstrata.a, perhaps older, would be found first
+    build.compile("strata_sys_c");
     println!("cargo:rustc-link-lib=pthread");
 }

@@ -80,7 +80,13 @@ const strata_machine_t _strata_machine_linux = {"linux", linux_bind, linux_where
 /* Provided by the emulated machine when the program is linked with it. */
 __attribute__((weak, visibility("default"))) uint64_t strata_emu_now_ns(void);
 
+__attribute__((weak, visibility("default"))) int64_t strata_emu_counter(const char *name);
+
 int strata_emulated(void) { return strata_emu_now_ns != NULL; }
+
+int64_t strata_emulated_counter(const char *name) {
+  return strata_emu_counter ? strata_emu_counter(name) : -1;
+}
 
 uint64_t strata_now_ns(void) {
   if (strata_emu_now_ns) return strata_emu_now_ns();

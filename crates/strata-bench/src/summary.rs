@@ -326,7 +326,9 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 let what = if b == "ycsb-native" {
                     "YCSB on strata-kv (native)".to_string()
                 } else {
-                    format!("YCSB on strata-kv (emulated, preset {})", &b["ycsb-emulated-".len()..])
+                    let preset = b["ycsb-emulated-".len()..].trim_end_matches("-m2t-scale");
+                    let scale = if b.ends_with("-m2t-scale") { ", M2T's scale" } else { "" };
+                    format!("YCSB on strata-kv (emulated, preset {preset}{scale})")
                 };
                 header(&mut s, &r.measured, &what, &path, dir);
                 ycsb_table(&mut s, &r.report);

@@ -36,6 +36,9 @@ pub const DEFAULT_FAST_RATIO: f64 = 0.59;
 /// runs last well under a simulated second.
 pub const DEFAULT_TPP_SCAN_MS: f64 = 100.0;
 
+/// Buckets of `--scale m2t`: 100,000 records in chains of about 3,000 nodes.
+pub const M2T_BUCKETS: usize = 32;
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Workloads (YCSB core: a, b, c, d, f)
@@ -57,6 +60,11 @@ pub struct Options {
     /// nodes; M2T's table has chains of thousands, see docs/benchmarks.md]
     #[arg(long)]
     pub buckets: Option<usize>,
+    /// Sizes by name: `default`, or `m2t`: chains of thousands of nodes as M2T's table has
+    /// (100,000 records in 32 buckets, 20,000 operations), so that an operation takes about
+    /// the L1 and TLB misses of M2T's Table I; --records, --buckets and --ops still win
+    #[arg(long, default_value = "default", value_parser = ["default", "m2t"])]
+    pub scale: String,
     /// Engine variants: std, nextto, nextto-split (values in a second arena per bucket)
     #[arg(long, value_delimiter = ',', default_value = "std,nextto,nextto-split", value_parser = parse_variant)]
     pub variants: Vec<Variant>,
@@ -173,6 +181,28 @@ pub struct Row {
     /// emulated runs: what the emulator counted
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub emulated: Option<EmuStats>,
+    /// emulated runs with one client thread: the run phase's misses per operation (M2T's
+    /// Table I), from the emulator's counters of the thread that ran it
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub phase_misses: Option<PhaseMisses>,
+}
+
+/// Misses per operation of a run phase.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseMisses {
+    pub l1_misses_per_op: f64,
+    pub llc_misses_per_op: f64,
+    /// page walks
+    pub stlb_misses_per_op: f64,
+}
+
+/// The emulator's counters of this thread that `PhaseMisses` is made of (None natively).
+fn phase_counters() -> Option<[i64; 3]> {
+    Some([
+        strata::emulated_counter("l1_misses")?,
+        strata::emulated_counter("llc_misses")?,
+        strata::emulated_counter("stlb_misses")?,
+    ])
 }
 
 /// One emulated run's counters (model outputs of the preset), like M2T's Table I and Fig. 5.
@@ -204,6 +234,9 @@ pub struct EmuStats {
 #[derive(Serialize, Deserialize, Debug)]
 pub struct Report {
     pub scale: String,
+    /// --scale: "default" or "m2t"
+    #[serde(default = "default_scale")]
+    pub scale_name: String,
     pub results: Vec<Row>,
     /// nextto ops_per_sec / std ops_per_sec, per workload and theta
     pub ratios: Vec<Ratio>,
@@ -298,13 +331,20 @@ struct Scale {
 impl Scale {
     fn of(a: &Options) -> Result<Scale, Error> {
         let emulated = a.emulate.is_some();
-        let records = a.records.unwrap_or(if emulated { 100_000 } else { 200_000 });
-        let ops = a.ops.unwrap_or(if emulated { 100_000 } else { 1_000_000 });
+        let m2t = a.scale == "m2t";
+        let records = a.records.unwrap_or(if emulated || m2t { 100_000 } else { 200_000 });
+        let ops = a.ops.unwrap_or(if m2t {
+            20_000
+        } else if emulated {
+            100_000
+        } else {
+            1_000_000
+        });
         let threads = a.threads.unwrap_or(if emulated { 1 } else { 2 });
         ensure(records > 0 && threads > 0 && a.rounds > 0, || {
             "--records, --threads and --rounds must be positive".into()
         })?;
-        let buckets = a.buckets.unwrap_or((records / 64).max(1) as usize);
+        let buckets = a.buckets.unwrap_or(if m2t { M2T_BUCKETS } else { (records / 64).max(1) as usize });
         ensure(buckets > 0, || "--buckets must be positive".into())?;
         Ok(Scale { records, ops, threads, buckets })
     }
@@ -326,11 +366,22 @@ fn measure(
 ) -> Result<Row, Error> {
     let seed = 42 + round as u64;
     let (threads, quiet) = (sc.threads, progress.quiet());
+    let mut phase = None;
     let (l, res, pages, nb) = match (target, config) {
         (t, Config::InProcess) => {
             let store = Store::new(t.variant().expect("in-process targets are variants"), sc.buckets);
             let l = load(&store, wl, threads, quiet);
+            let before = phase_counters();
             let res = run_phase(&store, wl, threads, seed, quiet);
+            // (a quiet phase with one worker runs on this thread: its counters are the phase's)
+            if let (Some(b), Some(a), true) = (before, phase_counters(), threads == 1 && quiet) {
+                let per_op = |i: usize| (a[i] - b[i]) as f64 / wl.operationcount.max(1) as f64;
+                phase = Some(PhaseMisses {
+                    l1_misses_per_op: per_op(0),
+                    llc_misses_per_op: per_op(1),
+                    stlb_misses_per_op: per_op(2),
+                });
+            }
             (l, res, store.pages_per_bucket(), store.buckets())
         }
         (Target::Memcached, _) => {
@@ -391,6 +442,7 @@ fn measure(
         errors: res.errors,
         latency: res.latency.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         emulated: None,
+        phase_misses: phase,
     })
 }
 
@@ -642,9 +694,14 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             sc.ops,
             sc.threads,
         ),
+        scale_name: a.scale.clone(),
         results: rows,
         ratios,
     })
+}
+
+fn default_scale() -> String {
+    "default".into()
 }
 
 /// nextto (and the peers) over std, per workload, theta and configuration.
@@ -687,9 +744,14 @@ impl Report {
         self.results.iter().find(|r| r.emulated.is_some()).map(|r| r.machine.as_str())
     }
 
-    /// The benchmark's name in results files: ycsb-native, or ycsb-emulated-PRESET.
+    /// The benchmark's name in results files: ycsb-native, or ycsb-emulated-PRESET, with
+    /// -m2t-scale at --scale m2t.
     pub fn benchmark(&self) -> String {
-        self.emulated().map_or_else(|| "ycsb-native".into(), |p| format!("ycsb-emulated-{p}"))
+        let base = self.emulated().map_or_else(|| "ycsb-native".into(), |p| format!("ycsb-emulated-{p}"));
+        match self.scale_name.as_str() {
+            "default" => base,
+            s => format!("{base}-{s}-scale"),
+        }
     }
 
     /// The human table.
@@ -704,7 +766,7 @@ impl Report {
         if emulated.is_some() {
             let _ = writeln!(
                 s,
-                "{:<8} {:>6} {:<12} {:<12} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
+                "{:<8} {:>6} {:<12} {:<12} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8}",
                 "workload",
                 "theta",
                 "variant",
@@ -717,7 +779,9 @@ impl Report {
                 "fast acc",
                 "far acc",
                 "promoted",
-                "demoted"
+                "demoted",
+                "L1/op",
+                "walks/op"
             );
         } else {
             let _ = writeln!(
@@ -730,7 +794,7 @@ impl Report {
             if let Some(e) = &r.emulated {
                 let _ = writeln!(
                     s,
-                    "{:<8} {:>6} {:<12} {:<12} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
+                    "{:<8} {:>6} {:<12} {:<12} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8}",
                     r.workload,
                     r.theta,
                     r.variant.name(),
@@ -743,7 +807,9 @@ impl Report {
                     e.fast_accesses,
                     e.far_accesses,
                     e.promoted_pages,
-                    e.demoted_pages
+                    e.demoted_pages,
+                    r.phase_misses.map_or("-".into(), |p| format!("{:.0}", p.l1_misses_per_op)),
+                    r.phase_misses.map_or("-".into(), |p| format!("{:.0}", p.stlb_misses_per_op))
                 );
                 continue;
             }

@@ -257,6 +257,42 @@ fn quiet_ycsb_with_one_worker_runs_on_the_main_thread_of_the_emulator() {
     assert_eq!(v["threads"], 1, "{}", v["per_thread"]);
 }
 
+/// `--scale m2t`: chains of thousands (here, with 20,000 records in its 32 buckets, of about
+/// 625; 35 MiB, beyond the STLB's reach), and the run phase's misses per operation, M2T's
+/// Table I: std walks a page table for most nodes it visits, nextto-split keeps a bucket on
+/// few pages.
+#[test]
+fn ycsb_at_m2t_scale_reports_misses_per_operation() {
+    let v = json_of(strata().args([
+        "bench",
+        "ycsb",
+        "--emulate",
+        "m2t",
+        "--scale",
+        "m2t",
+        "--workloads",
+        "c",
+        "--records",
+        "20000",
+        "--ops",
+        "200",
+        "--variants",
+        "std,nextto-split",
+        "--json",
+        "--quiet",
+    ]));
+    assert_eq!(v["scale_name"], "m2t");
+    let rows = v["results"].as_array().unwrap();
+    let per_op = |var: &str, k: &str| {
+        let r = rows.iter().find(|r| r["variant"] == var && r["config"] == "first-touch").unwrap();
+        assert_eq!(r["buckets"], 32, "{r}");
+        r["phase_misses"][k].as_f64().unwrap_or_else(|| panic!("no phase_misses: {r}"))
+    };
+    // a lookup walks half a chain of 625 on average: hundreds of nodes, an L1 miss each
+    assert!(per_op("std", "l1_misses_per_op") > 100.0, "{v}");
+    assert!(per_op("std", "stlb_misses_per_op") > 4.0 * per_op("nextto-split", "stlb_misses_per_op"), "{v}");
+}
+
 #[test]
 fn ycsb_on_the_emulated_machine() {
     // M2T's configurations, small: 4,000 records (about 5 MiB), chains of about 60 nodes

@@ -206,6 +206,7 @@ extern "C" {
     pub fn strata_stat(name: *const c_char) -> i64;
     pub fn strata_now_ns() -> u64;
     pub fn strata_emulated() -> c_int;
+    pub fn strata_emulated_counter(name: *const c_char) -> i64;
     pub fn strata_options_print(out: Option<strata_output_fn>, arg: *mut c_void);
     pub fn strata_rules_check(path: *const c_char, err: *mut c_char, errn: usize) -> c_int;
     #[doc(hidden)]

@@ -260,6 +260,14 @@ pub fn emulated() -> bool {
     unsafe { sys::strata_emulated() != 0 }
 }
 
+/// A counter of the emulated machine for the calling thread ("l1_misses", "stlb_misses", ...:
+/// the report's), `None` natively or for a name it does not know.
+pub fn emulated_counter(name: &str) -> Option<i64> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let v = unsafe { sys::strata_emulated_counter(c.as_ptr()) };
+    (v >= 0).then_some(v)
+}
+
 /// A statistics counter of libstrata by name (see `stats_json`), `None` if unknown.
 pub fn stat(name: &str) -> Option<i64> {
     let c = std::ffi::CString::new(name).ok()?;
