@@ -506,13 +506,10 @@ impl Calibration {
 mod tests {
     use super::*;
 
-    /// The queueing model divides by the tier's bandwidth: the host preset gives it the
-    /// bandwidth of every CPU streaming, not one thread's (with which a lone stream would queue
-    /// behind itself), while mlp comes from the one-thread stream.
-    #[test]
-    fn host_preset_bandwidth_is_every_cpu_streaming() {
+    /// A calibration of this host with made-up figures.
+    fn sample() -> Calibration {
         let l = Level { bytes: 1 << 20, ways: 16 };
-        let c = Calibration {
+        Calibration {
             host: Host::detect(),
             l1: l,
             l2: l,
@@ -526,14 +523,22 @@ mod tests {
             memory_mbps: 15000.0,
             mlp: 12.5,
             memory_bytes: 1 << 30,
-            strides: Vec::new(),
+            strides: vec![StrideChase { stride: 49152, ns_per_hop: 10.0, followed: true }],
             random_ns: 130.0,
             stride_bytes: 49152,
             stride_pages: true,
             near_stride_huge_ns: 10.0,
             walk_near_ns: 4.0,
             stride_mlp: 10.0,
-        };
+        }
+    }
+
+    /// The queueing model divides by the tier's bandwidth: the host preset gives it the
+    /// bandwidth of every CPU streaming, not one thread's (with which a lone stream would queue
+    /// behind itself), while mlp comes from the one-thread stream.
+    #[test]
+    fn host_preset_bandwidth_is_every_cpu_streaming() {
+        let c = sample();
         let s: std::collections::HashMap<String, String> = c.settings().into_iter().collect();
         assert_eq!(s["read_mbps"], "15000");
         assert_eq!(s["write_mbps"], "15000");
@@ -566,30 +571,8 @@ mod tests {
 
     #[test]
     fn a_saved_calibration_serves_the_machine_it_was_measured_on_only() {
-        let l = Level { bytes: 1 << 20, ways: 16 };
-        let here = Host::detect();
-        let c = Calibration {
-            host: here.clone(),
-            l1: l,
-            l2: l,
-            llc: l,
-            l1_ns: 1.0,
-            l2_ns: 4.0,
-            llc_ns: 20.0,
-            memory_ns: 100.0,
-            walk_ns: 30.0,
-            stream_mbps: 8000.0,
-            memory_mbps: 15000.0,
-            mlp: 12.5,
-            memory_bytes: 1 << 30,
-            strides: vec![StrideChase { stride: 128, ns_per_hop: 5.0, followed: true }],
-            random_ns: 130.0,
-            stride_bytes: 128,
-            stride_pages: false,
-            near_stride_huge_ns: 10.0,
-            walk_near_ns: 4.0,
-            stride_mlp: 10.0,
-        };
+        let c = sample();
+        let here = c.host.clone();
         let dir = std::env::temp_dir().join(format!("strata-calibration-{}", std::process::id()));
         let path = dir.join("sub/host-preset.json");
         save(&c, &path).unwrap();
