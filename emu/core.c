@@ -276,7 +276,8 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
 /* Does this page walk end on a page-table line next to one of the last EMU_WALKS walks'?
  * (8 entries a line: pages up to 16 pages from a recent walk's.) Such a walk finds its last
  * level in the caches, or a prefetcher has it on its way, and costs walk_near_ns, not walk_ns
- * (measured on the AMD EPYC host: 64 ns in random order, 4 ns through a 48 KiB stride). */
+ * (measured on the AMD EPYC host: 42-79 ns in random order, 0.5-3 ns through a 48 KiB
+ * stride). */
 static inline int walk_near(emu_thread_t *t, uint64_t key) {
   uint64_t line = key >> 3;
   int near = 0;
