@@ -93,8 +93,8 @@ static const setting_t settings[] = {
     S("mlp", T_DOUBLE, mlp, "misses",
       "misses in flight for a sequential stream (a streamed miss costs latency / mlp)"),
     S("stride_bytes", T_U64, stride_bytes, "bytes",
-      "the largest constant stride between one instruction's L2 misses that the stride "
-      "prefetcher follows (0: no stride prefetcher)"),
+      "the largest constant stride between L2 misses that the stride prefetcher follows (by "
+      "address, 16 strides at once; 0: no stride prefetcher)"),
     S("stride_mlp", T_DOUBLE, stride_mlp, "misses",
       "misses in flight for a stride the stride prefetcher follows (such a miss costs latency / "
       "stride_mlp; a pointer chase gets less ahead than a stream)"),

@@ -25,7 +25,9 @@ pub struct Run {
 }
 
 /// Run `cmd` on machine `m`. With `capture`, its stdout is returned; otherwise inherited.
-/// Address-space randomisation is off, so single-threaded runs repeat exactly.
+/// Address-space randomisation is off and the stack pinned (`pin_stack`), so single-threaded
+/// runs repeat exactly. The program gets this process's environment with `cmd`'s changes
+/// (`pin_stack` sets it whole, so an `env_clear` before this call is not kept).
 pub fn run_emulated(m: &Machine, cmd: &mut Command, capture: bool) -> Result<Run, Error> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let path = std::env::temp_dir().join(format!(
