@@ -105,9 +105,8 @@ void strata_emu_set_sample_period(uint64_t misses) {
   for (int i = 0; t && i < emu_nthreads(); i++) emu_thread_at(i)->sample_countdown = misses;
 }
 
-int64_t strata_emu_counter(const char *name) {
-  emu_thread_t *t = emu_thread();
-  if (!t) return -1;
+/* One thread's counter by name, or -1. */
+static int64_t thread_counter(const emu_thread_t *t, const char *name) {
   if (!strcmp(name, "sim_ns")) return (int64_t)(t->clock_ps / 1000);
 #define X(n) if (!strcmp(name, #n)) return (int64_t)t->n;
 #define D(n, e) if (!strcmp(name, #n)) return (int64_t)(e);
@@ -115,4 +114,22 @@ int64_t strata_emu_counter(const char *name) {
 #undef X
 #undef D
   return -1;
+}
+
+int64_t strata_emu_counter(const char *name) {
+  emu_thread_t *t = emu_thread();
+  if (!t) return -1;
+  static const char all[] = "process.";
+  if (strncmp(name, all, sizeof all - 1)) return thread_counter(t, name);
+  /* the sum over every thread, and for moves the background's too (the report's totals) */
+  name += sizeof all - 1;
+  if (!strcmp(name, "sim_ns")) return -1;
+  int64_t sum = thread_counter(t, name);
+  if (sum < 0) return -1;
+  sum = 0;
+  for (int i = 0; i < emu_nthreads(); i++) sum += thread_counter(emu_thread_at(i), name);
+  static const char *const bg[] = {"moved_pages", "promoted_pages", "demoted_pages", "shootdowns"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(name, bg[i])) sum += (int64_t)emu_bg_counter(i);
+  return sum;
 }

@@ -2,8 +2,12 @@
  * (crates/strata-emu's Report mirrors it; bump "version" when its shape changes). */
 #include "emu.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "util/json.h"
@@ -29,14 +33,11 @@ static void counters_of(const emu_thread_t *t, uint64_t *v) {
 #undef D
 }
 
-__attribute__((destructor)) static void report(void) {
-  const char *path = getenv("STRATA_EMU_REPORT");
-  if (!path || !*path) return;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  static char buf[1 << 16];
+/* The report into fd, with buf for its text; the engine's statistics only at exit (a
+ * snapshot is taken in a signal handler, where the engine's report cannot be asked for). */
+static void write_report(int fd, char *buf, size_t size, int at_exit) {
   strata_json_t o;
-  _strata_json_init(&o, fd, buf, sizeof buf);
+  _strata_json_init(&o, fd, buf, size);
   enum { N = 0
 #define X(n) +1
 #define D(n, e) +1
@@ -87,12 +88,53 @@ __attribute__((destructor)) static void report(void) {
     _strata_json_put(&o, "}");
   }
   _strata_json_put(&o, "]");
-  const char *engine = emu_engine_report(emu_self);
+  const char *engine = at_exit ? emu_engine_report(emu_self) : NULL;
   if (engine) {
     _strata_json_put(&o, ",\n \"engine\": ");
     _strata_json_put(&o, "%s", engine);
   }
   _strata_json_put(&o, "}\n");
   _strata_json_flush(&o);
+}
+
+__attribute__((destructor)) static void report(void) {
+  const char *path = getenv("STRATA_EMU_REPORT");
+  if (!path || !*path) return;
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  write_report(fd, buf, sizeof buf, 1);
   close(fd);
+}
+
+/* Snapshots: STRATA_EMU_SNAPSHOT_SIGNAL makes the program write its report so far to
+ * $STRATA_EMU_REPORT.snapshot (written aside and renamed, so a reader never sees half of
+ * one). A driver takes one before and one after the phase it measures, e.g. a server's
+ * requests. The handler reads the counters of threads that may be running: a snapshot is
+ * exact to within the accesses in flight. */
+static char snapshot_path[4096], snapshot_tmp[4096 + 8];
+
+static void on_snapshot(int sig) {
+  (void)sig;
+  int saved = errno;
+  int fd = open(snapshot_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    static char buf[1 << 16];
+    write_report(fd, buf, sizeof buf, 0);
+    close(fd);
+    rename(snapshot_tmp, snapshot_path);
+  }
+  errno = saved;
+}
+
+__attribute__((constructor)) static void snapshot_setup(void) {
+  const char *path = getenv("STRATA_EMU_REPORT");
+  if (!path || !*path || strlen(path) + 16 > sizeof snapshot_path) return;
+  snprintf(snapshot_path, sizeof snapshot_path, "%s.snapshot", path);
+  snprintf(snapshot_tmp, sizeof snapshot_tmp, "%s.tmp", snapshot_path);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_snapshot;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(STRATA_EMU_SNAPSHOT_SIGNAL, &sa, NULL);
 }

@@ -12,6 +12,7 @@
 #ifndef STRATA_EMU_H
 #define STRATA_EMU_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -125,8 +126,15 @@ typedef struct strata_emu_engine_s {
 /* 0, or -1 with the reason in err */
 typedef int strata_engine_start_fn(strata_emu_engine_t *engine, char *err, size_t errlen);
 
+/* The signal that makes a program on the emulated machine write its report so far to
+ * $STRATA_EMU_REPORT.snapshot (without the engine's statistics); `strata emu run` and the
+ * benchmarks use it to measure one phase of a server. */
+#define STRATA_EMU_SNAPSHOT_SIGNAL (SIGRTMIN + 7)
+
 /* One named counter of the calling thread ("accesses", "l1_misses", "llc_misses",
- * "dtlb_misses", "stlb_misses", "sim_ns", ...; see the report), or -1 when unknown. */
+ * "dtlb_misses", "stlb_misses", "sim_ns", ...; see the report), or -1 when unknown.
+ * "process.NAME" sums NAME over every thread, with the background's moves for
+ * moved_pages, promoted_pages, demoted_pages and shootdowns (the report's totals). */
 STRATA_EMU_API int64_t strata_emu_counter(const char *name);
 
 #ifdef __cplusplus

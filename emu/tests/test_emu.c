@@ -331,7 +331,11 @@ static void test_move(void) {
   moved = c("moved_pages");
   uint64_t bg[4];
   for (int i = 0; i < 4; i++) bg[i] = emu_bg_counter(i);
+  int64_t all_promoted = c("process.promoted_pages"), all_moved = c("process.moved_pages");
+  CHECK(all_promoted >= c("promoted_pages") && c("process.no_such_counter") == -1 && c("process.sim_ns") == -1);
   CHECK(strata_emu_move(pages, 1, to, st, 1) == 0 && st[0] == 0);
+  /* the process's sums include the background's moves */
+  CHECK(c("process.promoted_pages") - all_promoted == 1 && c("process.moved_pages") - all_moved == 1);
   CHECK(c("sim_ns") - clock < 1000 && c("moved_pages") == moved);
   CHECK(emu_bg_counter(0) - bg[0] == 1 && emu_bg_counter(1) - bg[1] == 1); /* moved, promoted */
   CHECK(emu_bg_counter(2) == bg[2] && emu_bg_counter(3) - bg[3] == 1);     /* demoted, shootdowns */

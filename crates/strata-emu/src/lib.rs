@@ -5,7 +5,8 @@
 //!   [`Kernel`] and [`Tiering`] name the emulated kernel modes and M2T's configurations;
 //!   [`MachineArgs`] are the command-line options every emulated run shares.
 //! - [`toolchain`]: building C, C++ and Rust for the emulated machine.
-//! - [`run_emulated`]: running a program on a machine, and its [`Report`].
+//! - [`run_emulated`]: running a program on a machine, and its [`Report`]; [`spawn_emulated`]:
+//!   starting one (a server) and taking snapshots of its report while it runs.
 //! - [`validate`]: the emulator against cachegrind and against native runs.
 //! - [`topology`]: a preset as the nodes and tiers libstrata sees.
 pub mod calibrate;
@@ -20,7 +21,7 @@ mod run;
 
 pub use machine::{fast_bytes_of, parse_setting, Kernel, Machine, MachineArgs, Tiering, ALL_FAST_BYTES};
 pub use report::{Background, Counters, NodeReport, Report, ThreadReport, Transactional, REPORT_VERSION};
-pub use run::{footprint_bytes, run_emulated, Run, RunOutput};
+pub use run::{footprint_bytes, run_emulated, spawn_emulated, Emulated, Run, RunOutput};
 
 /// What can go wrong on the emulated machine.
 #[derive(Debug, thiserror::Error)]

@@ -5,9 +5,9 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -29,14 +29,31 @@ pub struct Run {
 /// runs repeat exactly. The program gets this process's environment with `cmd`'s changes
 /// (`pin_stack` sets it whole, so an `env_clear` before this call is not kept).
 pub fn run_emulated(m: &Machine, cmd: &mut Command, capture: bool) -> Result<Run, Error> {
+    if capture {
+        // as Command::output: no stdin, stdout returned, stderr shown only when it fails
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    spawn_emulated(m, cmd)?.wait()
+}
+
+/// A program started on the emulated machine (a server, driven while it runs).
+pub struct Emulated {
+    child: Child,
+    prog: String,
+    report: PathBuf,
+    started: Instant,
+}
+
+/// Start `cmd` on machine `m`, as `run_emulated` runs it; its stdio is what `cmd` says.
+pub fn spawn_emulated(m: &Machine, cmd: &mut Command) -> Result<Emulated, Error> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let path = std::env::temp_dir().join(format!(
+    let report = std::env::temp_dir().join(format!(
         "strata-emu-{}-{}.json",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let _ = std::fs::remove_file(&path);
-    cmd.env("STRATA_EMU", m.env()).env("STRATA_EMU_REPORT", &path);
+    let _ = std::fs::remove_file(&report);
+    cmd.env("STRATA_EMU", m.env()).env("STRATA_EMU_REPORT", &report);
     pin_stack(cmd);
     unsafe {
         cmd.pre_exec(|| {
@@ -45,27 +62,82 @@ pub fn run_emulated(m: &Machine, cmd: &mut Command, capture: bool) -> Result<Run
         });
     }
     let prog = format!("{:?}", cmd.get_program());
-    let running = strata_util::io(format!("running {prog}"));
-    let t = Instant::now();
-    let (status, stdout) = if capture {
-        let o = cmd.output().map_err(running)?;
+    let started = Instant::now();
+    let child = cmd.spawn().map_err(strata_util::io(format!("running {prog}")))?;
+    Ok(Emulated { child, prog, report, started })
+}
+
+impl Emulated {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The program's stdin, when `cmd` piped it.
+    pub fn take_stdin(&mut self) -> Option<std::process::ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    /// The program's stdout, when `cmd` piped it (`wait` then returns none of it).
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.stdout.take()
+    }
+
+    /// Whether the program has ended (its status then).
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// The program's report so far (STRATA_EMU_SNAPSHOT_SIGNAL, include/strata_emu.h), waiting
+    /// up to `timeout` for it. It counts every access up to the moment the signal arrives
+    /// (give or take those in flight) and has no engine statistics.
+    pub fn snapshot(&mut self, timeout: Duration) -> Result<Report, Error> {
+        let path = PathBuf::from(format!("{}.snapshot", self.report.display()));
+        let _ = std::fs::remove_file(&path);
+        let signal = libc::SIGRTMIN() + SNAPSHOT_SIGNAL_OFFSET;
+        if unsafe { libc::kill(self.child.id() as libc::pid_t, signal) } != 0 {
+            return Err(Error::Failed(format!("{}: cannot signal it for a snapshot", self.prog)));
+        }
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let _ = std::fs::remove_file(&path);
+                return Report::parse(&text);
+            }
+            if let Some(s) = self.try_status() {
+                return Err(Error::Failed(format!("{} ended ({s}) before its snapshot", self.prog)));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(Error::Failed(format!(
+            "{} wrote no snapshot in {:.0} s: is it built with `strata emu cc`?",
+            self.prog,
+            timeout.as_secs_f64()
+        )))
+    }
+
+    /// Wait for the program to end; its report.
+    pub fn wait(self) -> Result<Run, Error> {
+        let Emulated { child, prog, report, started } = self;
+        let running = strata_util::io(format!("running {prog}"));
+        let o = child.wait_with_output().map_err(running)?;
+        let wall_s = started.elapsed().as_secs_f64();
         if !o.status.success() {
             eprint!("{}", String::from_utf8_lossy(&o.stderr));
         }
-        (o.status, o.stdout)
-    } else {
-        (cmd.status().map_err(running)?, Vec::new())
-    };
-    let wall_s = t.elapsed().as_secs_f64();
-    let text = std::fs::read_to_string(&path).map_err(|_| {
-        Error::Invalid(format!(
-            "{prog} did not run on the emulated machine (no report): build it with \
-             `strata emu cc` or `strata emu cargo` so it is linked with libstrata_emu.so"
-        ))
-    })?;
-    let _ = std::fs::remove_file(&path);
-    Ok(Run { status, stdout, report: Report::parse(&text)?, wall_s })
+        let text = std::fs::read_to_string(&report).map_err(|_| {
+            Error::Invalid(format!(
+                "{prog} did not run on the emulated machine (no report): build it with \
+                 `strata emu cc` or `strata emu cargo` so it is linked with libstrata_emu.so"
+            ))
+        })?;
+        let _ = std::fs::remove_file(&report);
+        let _ = std::fs::remove_file(format!("{}.snapshot", report.display()));
+        Ok(Run { status: o.status, stdout: o.stdout, report: Report::parse(&text)?, wall_s })
+    }
 }
+
+/// STRATA_EMU_SNAPSHOT_SIGNAL is SIGRTMIN + this (include/strata_emu.h).
+const SNAPSHOT_SIGNAL_OFFSET: i32 = 7;
 
 /// Bytes the kernel copies to the top of a new program's stack (the file name, the argument
 /// and environment strings) plus 8 per argument and variable (their pointers) that
