@@ -100,38 +100,44 @@ fn alloc_table(s: &mut String, r: &alloc::Report) {
 }
 
 fn ycsb_table(s: &mut String, r: &ycsb::Report) {
-    let mut workloads: Vec<&str> = Vec::new();
+    // a column per workload and theta (a theta sweep's columns are its thetas)
+    let mut columns: Vec<(&str, f64)> = Vec::new();
     let mut configs: Vec<(ycsb::Target, ycsb::Config)> = Vec::new();
     for x in &r.results {
-        if !workloads.contains(&x.workload.as_str()) {
-            workloads.push(&x.workload);
+        if !columns.contains(&(x.workload.as_str(), x.theta)) {
+            columns.push((&x.workload, x.theta));
         }
         if !configs.contains(&(x.variant, x.config)) {
             configs.push((x.variant, x.config));
         }
     }
     configs.sort_by_key(|(t, c)| (*c, *t)); // the baseline first, the upper bound last
-    let theta = r.results.first().map_or(0.99, |x| x.theta);
-    let upper: Vec<String> = workloads.iter().map(|w| w.to_uppercase()).collect();
+    let mut thetas: Vec<f64> = columns.iter().map(|c| c.1).collect();
+    thetas.sort_by(f64::total_cmp);
+    thetas.dedup();
+    let heads: Vec<String> = columns
+        .iter()
+        .map(|(w, t)| if thetas.len() > 1 { format!("{} theta {t}", w.to_uppercase()) } else { w.to_uppercase() })
+        .collect();
     let emulated = r.results.iter().any(|x| x.emulated.is_some());
     let _ = writeln!(
         s,
         "| {} | {} |\n|---|{}",
         if emulated { "configuration" } else { "variant (config)" },
-        upper.join(" | "),
-        "---|".repeat(workloads.len())
+        heads.join(" | "),
+        "---|".repeat(columns.len())
     );
     for (t, c) in &configs {
         if !emulated && *t == ycsb::Target::Std {
             continue;
         }
-        let cells: Vec<String> = workloads
+        let cells: Vec<String> = columns
             .iter()
-            .map(|w| {
+            .map(|(w, theta)| {
                 let get = |tt: ycsb::Target, cc: ycsb::Config| {
                     r.results
                         .iter()
-                        .find(|x| x.workload == *w && x.theta == theta && x.variant == tt && x.config == cc)
+                        .find(|x| x.workload == *w && x.theta == *theta && x.variant == tt && x.config == cc)
                         .map(|x| x.ops_per_sec)
                 };
                 let base =
@@ -145,7 +151,11 @@ fn ycsb_table(s: &mut String, r: &ycsb::Report) {
         let _ = writeln!(s, "| {} {} | {} |", t.name(), c.name(), cells.join(" | "));
     }
     let over = if emulated { "std far-only (model output)" } else { "std in the same configuration" };
-    let _ = writeln!(s, "\nThroughput over {over}, theta {theta}; {}.\n", r.scale);
+    let theta = match thetas.as_slice() {
+        [t] => format!(", theta {t}"),
+        _ => String::new(),
+    };
+    let _ = writeln!(s, "\nThroughput over {over}{theta}; {}.\n", r.scale);
 }
 
 /// Tiering: each policy's share of the all-fast throughput at each fast-tier size, then the
@@ -323,13 +333,20 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
             }
             b if b.starts_with("ycsb-") => {
                 let r: Saved<ycsb::Report> = parse(&path, v)?;
-                let what = if b == "ycsb-native" {
-                    "YCSB on strata-kv (native)".to_string()
-                } else {
-                    let preset = b["ycsb-emulated-".len()..].trim_end_matches("-m2t-scale");
-                    let scale = if b.ends_with("-m2t-scale") { ", M2T's scale" } else { "" };
-                    format!("YCSB on strata-kv (emulated, preset {preset}{scale})")
-                };
+                let x = &r.report;
+                let mut what = x
+                    .emulated()
+                    .map_or("YCSB on strata-kv (native".into(), |p| format!("YCSB on strata-kv (emulated, preset {p}"));
+                if x.scale_name == "m2t" {
+                    what += ", M2T's scale";
+                }
+                if b.contains("-theta") {
+                    what += ", theta sweep";
+                }
+                if x.colour {
+                    what += ", STRATA_COLOUR=1";
+                }
+                what += ")";
                 header(&mut s, &r.measured, &what, &path, dir);
                 ycsb_table(&mut s, &r.report);
             }

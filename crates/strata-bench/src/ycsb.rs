@@ -38,6 +38,8 @@ pub const DEFAULT_TPP_SCAN_MS: f64 = 100.0;
 
 /// Buckets of `--scale m2t`: 100,000 records in chains of about 3,000 nodes.
 pub const M2T_BUCKETS: usize = 32;
+/// YCSB's Zipfian constant, M2T's default.
+const DEFAULT_THETA: f64 = 0.99;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
@@ -45,7 +47,7 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,f")]
     pub workloads: Vec<String>,
     /// Zipfian theta; several values make a sweep (M2T: 0.25..2.0)
-    #[arg(long, value_delimiter = ',', default_value = "0.99")]
+    #[arg(long, value_delimiter = ',', default_values_t = [DEFAULT_THETA])]
     pub theta: Vec<f64>,
     /// Records loaded (YCSB recordcount) [default: 200000; emulated 100000]
     #[arg(long)]
@@ -181,27 +183,33 @@ pub struct Row {
     /// emulated runs: what the emulator counted
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub emulated: Option<EmuStats>,
-    /// emulated runs with one client thread: the run phase's misses per operation (M2T's
-    /// Table I), from the emulator's counters of the thread that ran it
+    /// emulated runs with one client thread: the run phase alone, without the load (M2T's
+    /// Table I and Fig. 5)
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub phase_misses: Option<PhaseMisses>,
+    pub run_phase: Option<RunPhase>,
 }
 
-/// Misses per operation of a run phase.
+/// The emulator's counts over a run phase: misses per operation, from the counters of the
+/// thread that ran it, and the pages the tiering layer moved meanwhile (every thread's and
+/// the background's).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
-pub struct PhaseMisses {
+pub struct RunPhase {
     pub l1_misses_per_op: f64,
     pub llc_misses_per_op: f64,
     /// page walks
     pub stlb_misses_per_op: f64,
+    pub promoted_pages: u64,
+    pub demoted_pages: u64,
 }
 
-/// The emulator's counters of this thread that `PhaseMisses` is made of (None natively).
-fn phase_counters() -> Option<[i64; 3]> {
+/// The emulator's counters that `RunPhase` is made of (None natively).
+fn run_phase_counters() -> Option<[i64; 5]> {
     Some([
         strata::emulated_counter("l1_misses")?,
         strata::emulated_counter("llc_misses")?,
         strata::emulated_counter("stlb_misses")?,
+        strata::emulated_counter("process.promoted_pages")?,
+        strata::emulated_counter("process.demoted_pages")?,
     ])
 }
 
@@ -237,6 +245,9 @@ pub struct Report {
     /// --scale: "default" or "m2t"
     #[serde(default = "default_scale")]
     pub scale_name: String,
+    /// libstrata coloured its pages (STRATA_COLOUR=1; docs/allocator.md)
+    #[serde(default)]
+    pub colour: bool,
     pub results: Vec<Row>,
     /// nextto ops_per_sec / std ops_per_sec, per workload and theta
     pub ratios: Vec<Ratio>,
@@ -371,15 +382,17 @@ fn measure(
         (t, Config::InProcess) => {
             let store = Store::new(t.variant().expect("in-process targets are variants"), sc.buckets);
             let l = load(&store, wl, threads, quiet);
-            let before = phase_counters();
+            let before = run_phase_counters();
             let res = run_phase(&store, wl, threads, seed, quiet);
             // (a quiet phase with one worker runs on this thread: its counters are the phase's)
-            if let (Some(b), Some(a), true) = (before, phase_counters(), threads == 1 && quiet) {
+            if let (Some(b), Some(a), true) = (before, run_phase_counters(), threads == 1 && quiet) {
                 let per_op = |i: usize| (a[i] - b[i]) as f64 / wl.operationcount.max(1) as f64;
-                phase = Some(PhaseMisses {
+                phase = Some(RunPhase {
                     l1_misses_per_op: per_op(0),
                     llc_misses_per_op: per_op(1),
                     stlb_misses_per_op: per_op(2),
+                    promoted_pages: (a[3] - b[3]) as u64,
+                    demoted_pages: (a[4] - b[4]) as u64,
                 });
             }
             (l, res, store.pages_per_bucket(), store.buckets())
@@ -442,7 +455,7 @@ fn measure(
         errors: res.errors,
         latency: res.latency.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         emulated: None,
-        phase_misses: phase,
+        run_phase: phase,
     })
 }
 
@@ -695,6 +708,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             sc.threads,
         ),
         scale_name: a.scale.clone(),
+        colour: strata::option("colour").is_some_and(|v| v == "1"),
         results: rows,
         ratios,
     })
@@ -740,18 +754,27 @@ fn ratios(workloads: &[Workload], rows: &[Row]) -> Vec<Ratio> {
 }
 
 impl Report {
-    fn emulated(&self) -> Option<&str> {
+    /// The preset of an emulated run, None for a native one.
+    pub fn emulated(&self) -> Option<&str> {
         self.results.iter().find(|r| r.emulated.is_some()).map(|r| r.machine.as_str())
     }
 
-    /// The benchmark's name in results files: ycsb-native, or ycsb-emulated-PRESET, with
-    /// -m2t-scale at --scale m2t.
+    /// The benchmark's name in results files: ycsb-native, or ycsb-emulated-PRESET, then
+    /// -m2t-scale at --scale m2t, -theta with thetas other than 0.99 alone (a sweep) and
+    /// -colour when libstrata coloured its pages (STRATA_COLOUR=1), so that these runs do
+    /// not overwrite the headline's file.
     pub fn benchmark(&self) -> String {
-        let base = self.emulated().map_or_else(|| "ycsb-native".into(), |p| format!("ycsb-emulated-{p}"));
-        match self.scale_name.as_str() {
-            "default" => base,
-            s => format!("{base}-{s}-scale"),
+        let mut name = self.emulated().map_or_else(|| "ycsb-native".into(), |p| format!("ycsb-emulated-{p}"));
+        if self.scale_name != "default" {
+            name += &format!("-{}-scale", self.scale_name);
         }
+        if self.results.iter().any(|r| r.theta != DEFAULT_THETA) {
+            name += "-theta";
+        }
+        if self.colour {
+            name += "-colour";
+        }
+        name
     }
 
     /// The human table.
@@ -766,7 +789,7 @@ impl Report {
         if emulated.is_some() {
             let _ = writeln!(
                 s,
-                "{:<8} {:>6} {:<12} {:<12} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8}",
+                "{:<8} {:>6} {:<12} {:<12} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
                 "workload",
                 "theta",
                 "variant",
@@ -781,7 +804,9 @@ impl Report {
                 "promoted",
                 "demoted",
                 "L1/op",
-                "walks/op"
+                "walks/op",
+                "run prom",
+                "run dem"
             );
         } else {
             let _ = writeln!(
@@ -794,7 +819,7 @@ impl Report {
             if let Some(e) = &r.emulated {
                 let _ = writeln!(
                     s,
-                    "{:<8} {:>6} {:<12} {:<12} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8}",
+                    "{:<8} {:>6} {:<12} {:<12} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
                     r.workload,
                     r.theta,
                     r.variant.name(),
@@ -808,8 +833,10 @@ impl Report {
                     e.far_accesses,
                     e.promoted_pages,
                     e.demoted_pages,
-                    r.phase_misses.map_or("-".into(), |p| format!("{:.0}", p.l1_misses_per_op)),
-                    r.phase_misses.map_or("-".into(), |p| format!("{:.0}", p.stlb_misses_per_op))
+                    r.run_phase.map_or("-".into(), |p| format!("{:.0}", p.l1_misses_per_op)),
+                    r.run_phase.map_or("-".into(), |p| format!("{:.0}", p.stlb_misses_per_op)),
+                    r.run_phase.map_or("-".into(), |p| p.promoted_pages.to_string()),
+                    r.run_phase.map_or("-".into(), |p| p.demoted_pages.to_string())
                 );
                 continue;
             }
@@ -878,7 +905,7 @@ impl Report {
         }
         let base = names.first().cloned().unwrap_or_default();
         let where_ = if emulated { "emulated, model output" } else { "native" };
-        let theta = rows.first().map_or(0.99, |x| x.theta);
+        let theta = rows.first().map_or(DEFAULT_THETA, |x| x.theta);
         let mut workloads: Vec<String> = Vec::new();
         for x in rows.iter().filter(|x| x.theta == theta) {
             if !workloads.contains(&x.workload) {

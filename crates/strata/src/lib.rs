@@ -294,6 +294,16 @@ pub fn stats_text() -> String {
     s
 }
 
+/// The value libstrata runs with for one option (its name without `STRATA_`, e.g.
+/// "colour"), as `options_text` prints it; `None` for an unknown name.
+pub fn option(name: &str) -> Option<String> {
+    let env = format!("STRATA_{}", name.to_uppercase());
+    options_text().lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some(env.as_str())).then(|| w.next().unwrap_or_default().to_string())
+    })
+}
+
 /// Every option of libstrata with its value, default, unit and doc.
 pub fn options_text() -> String {
     let mut s = String::new();

@@ -147,6 +147,12 @@ fn stats_and_options_print() {
     assert!(strata::stats_json().contains("\"segments\""));
     assert!(strata::stats_text().contains("segments"));
     assert!(strata::options_text().contains("STRATA_TIERS"));
+    // the value libstrata runs with: the default here, unless the environment sets one
+    if std::env::var_os("STRATA_COLOUR").is_none() {
+        assert_eq!(strata::option("colour"), Some("0".into()));
+    }
+    assert_eq!(strata::option("tcache_bytes"), Some("65536".into()));
+    assert_eq!(strata::option("nonsense"), None);
     assert!(strata::stat("segments").unwrap() > 0);
     assert_eq!(strata::stat("nonsense"), None);
 }
