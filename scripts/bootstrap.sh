@@ -29,6 +29,11 @@ have memcached || need_pkgs+=(memcached)
 have valgrind || need_pkgs+=(valgrind)
 # the emulated machine: clang builds programs with SanitizerCoverage load/store hooks
 have clang-14 || need_pkgs+=(clang-14)
+# real programs built for it from Debian's sources (strata emu pkg build): apt-get source needs
+# dpkg-dev; memcached's build needs libevent's headers; LIBLINEAR links the system's BLAS
+have dpkg-source || need_pkgs+=(dpkg-dev)
+[ -e /usr/include/event2/event.h ] || need_pkgs+=(libevent-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libblas.so.3 ] || need_pkgs+=(libblas3)
 # the real YCSB client: Java and Maven (site.ycsb:core comes from Maven Central)
 have java || need_pkgs+=(default-jdk-headless)
 have mvn || need_pkgs+=(maven)

@@ -17,12 +17,21 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
     },
+    /// Compile and link C++ for the emulated machine: `cc` through clang++, with libstdc++
+    #[command(name = "c++")]
+    Cxx {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
     /// Build Rust for the emulated machine: cargo with the SanitizerCoverage pass, for the host
     /// target, into target/emu (e.g. `strata emu cargo build --release -p strata-cli`)
     Cargo {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
     },
+    /// Real programs for the emulated machine, built from Debian's source packages
+    #[command(subcommand)]
+    Pkg(PkgCommand),
     /// Run an instrumented program on the emulated machine and report caches, TLBs, tiers,
     /// faults and migrations. Address randomisation is off and the program's environment gains
     /// STRATA_EMU, STRATA_EMU_REPORT and STRATA_EMU_PAD* (which pin its stack), so a
@@ -51,6 +60,37 @@ pub enum Command {
         save: Save,
     },
 }
+
+#[derive(clap::Subcommand)]
+pub enum PkgCommand {
+    /// Fetch the Debian source package of the running release (an apt configuration of its
+    /// own under build/emu-pkg/.apt), unpack the upstream tarball, build it with `strata emu cc`
+    /// and keep the binaries in build/emu-pkg/NAME/bin with the exact versions in
+    /// package.json. Built once, reused
+    #[command(after_help = PKG_HELP)]
+    Build {
+        /// redis, memcached or liblinear
+        name: String,
+        /// Build again even when a build is there
+        #[arg(long)]
+        rebuild: bool,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// The packages built, with their versions and binaries
+    List {
+        #[command(flatten)]
+        out: Output,
+    },
+}
+
+const PKG_HELP: &str = "Examples:
+  strata emu pkg build redis       Redis from Debian's sources, instrumented
+  strata emu run --fast-bytes 64M -- build/emu-pkg/redis/bin/redis-server --port 7001 --save ''
+  strata emu pkg list --json
+
+$STRATA_EMU_PKG_DIR moves build/emu-pkg; $STRATA_DEBIAN_MIRROR and $STRATA_DEBIAN_RELEASE
+choose where and which release's sources come from.";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -86,15 +126,53 @@ fn status_code(s: std::process::ExitStatus) -> i32 {
     s.code().unwrap_or(1)
 }
 
+fn pkg(c: PkgCommand) -> anyhow::Result<i32> {
+    use strata_emu::pkg;
+    match c {
+        PkgCommand::Build { name, rebuild, out } => {
+            let b = pkg::build(&name, rebuild, out.quiet)?;
+            if out.json {
+                emit_json(&b)?;
+            } else {
+                let bins: Vec<String> = b.binaries.iter().map(|p| p.display().to_string()).collect();
+                emit(&format!("{} (Debian {}): {}\n", b.program(), b.release, bins.join(" ")))?;
+            }
+        }
+        PkgCommand::List { out } => {
+            let all = pkg::list()?;
+            if out.json {
+                emit_json(&all)?;
+            } else {
+                let mut s = format!("Programs built for the emulated machine ({}):\n", pkg::root().display());
+                for r in pkg::RECIPES {
+                    let state = match all.iter().find(|b| b.name == r.name) {
+                        Some(b) => {
+                            format!("{} {} (Debian {}, built {})", b.name, b.upstream_version, b.debian_version, b.date)
+                        }
+                        None => format!("{}: not built (strata emu pkg build {})", r.name, r.name),
+                    };
+                    s += &format!("  {state}\n      {}\n", r.about);
+                }
+                emit(&s)?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn compile(args: &[String], cxx: bool) -> anyhow::Result<i32> {
+    let s = toolchain::cc_command(args, cxx)?
+        .status()
+        .with_context(|| format!("running {} (install clang-14)", toolchain::clang()))?;
+    Ok(status_code(s))
+}
+
 pub fn run(c: Command) -> anyhow::Result<i32> {
     match c {
-        Command::Cc { args } => {
-            let s = toolchain::cc_command(&args)?
-                .status()
-                .with_context(|| format!("running {} (install clang-14)", toolchain::clang()))?;
-            Ok(status_code(s))
-        }
+        Command::Cc { args } => compile(&args, false),
+        Command::Cxx { args } => compile(&args, true),
         Command::Cargo { args } => Ok(status_code(toolchain::cargo_command(&args)?.status().context("running cargo")?)),
+        Command::Pkg(c) => pkg(c),
         Command::Run(a) => emu_run(a),
         Command::Settings { json } => {
             let t = config::table();

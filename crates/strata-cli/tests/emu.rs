@@ -488,3 +488,92 @@ int main(void) {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn unknown_packages_are_clear_errors() {
+    let o = strata().args(["emu", "pkg", "build", "no-such-program"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no recipe") && err.contains("redis, memcached, liblinear"), "{err}");
+}
+
+/// `strata emu pkg build NAME`, or None (with the reason printed) when Debian's sources
+/// cannot be fetched from here.
+fn built_package(name: &str) -> Option<Value> {
+    let o = strata().args(["emu", "pkg", "build", name, "--json", "--quiet"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() && (err.contains("cannot reach Debian") || err.contains("apt-get source")) {
+        eprintln!("skipped: {name}'s Debian sources cannot be fetched here: {err}");
+        return None;
+    }
+    assert!(o.status.success(), "strata emu pkg build {name}: {err}");
+    Some(serde_json::from_slice(&o.stdout).unwrap())
+}
+
+/// One RESP command and its reply's first line.
+fn resp(s: &mut std::net::TcpStream, args: &[&[u8]]) -> String {
+    use std::io::{BufRead, Write};
+    let mut req = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        req.extend(format!("${}\r\n", a.len()).as_bytes());
+        req.extend(*a);
+        req.extend(b"\r\n");
+    }
+    s.write_all(&req).unwrap();
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    if let Some(n) = line.strip_prefix('$').and_then(|n| n.trim().parse::<usize>().ok()) {
+        let mut body = vec![0; n + 2];
+        std::io::Read::read_exact(&mut r, &mut body).unwrap();
+        return String::from_utf8_lossy(&body[..n]).into();
+    }
+    line.trim().into()
+}
+
+#[test]
+fn debian_redis_runs_on_the_emulated_machine() {
+    let Some(pkg) = built_package("redis") else { return };
+    assert!(pkg["upstream_version"].as_str().unwrap().starts_with(|c: char| c.is_ascii_digit()), "{pkg}");
+    let server = pkg["binaries"][0].as_str().unwrap().to_string();
+    let list = json_of(strata().args(["emu", "pkg", "list", "--json"]));
+    assert!(list.as_array().unwrap().iter().any(|b| b["name"] == "redis"), "{list}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let run = strata()
+        .args(["emu", "run", "--fast-bytes", "2M", "--json", "--quiet", "--", &server, "--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let mut s = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if t.elapsed().as_secs() < 60 => std::thread::sleep(std::time::Duration::from_millis(50)),
+            Err(e) => panic!("the emulated redis-server never listened: {e}"),
+        }
+    };
+    // through redis-cli, as a user would
+    let cli = |args: &[&str]| {
+        let o = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["SET", "greeting", "hello"]), "OK");
+    assert_eq!(cli(&["GET", "greeting"]), "hello");
+    // 4 MB of values: more than the 2 MiB fast tier, so the slow one serves some of them
+    let value = vec![b'v'; 1000];
+    for i in 0..4000 {
+        assert_eq!(resp(&mut s, &[b"SET", format!("key:{i}").as_bytes(), &value]), "+OK");
+    }
+    assert_eq!(resp(&mut s, &[b"GET", b"key:17"]).len(), 1000);
+    assert_eq!(cli(&["DBSIZE"]), "4001");
+    let _ = cli(&["SHUTDOWN", "NOSAVE"]);
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for n in 0..2 {
+        assert!(v["nodes"][n]["memory_accesses"].as_u64().unwrap() > 0, "node {n}: {v}");
+    }
+}

@@ -4,13 +4,15 @@
 //!   presets are defined once) or `host` (this machine, [`calibrate`]d), with settings over it;
 //!   [`Kernel`] and [`Tiering`] name the emulated kernel modes and M2T's configurations;
 //!   [`MachineArgs`] are the command-line options every emulated run shares.
-//! - [`toolchain`]: building C, C++ and Rust for the emulated machine.
+//! - [`toolchain`]: building C, C++ and Rust for the emulated machine; [`pkg`]: real programs
+//!   from Debian's source packages built with it.
 //! - [`run_emulated`]: running a program on a machine, and its [`Report`]; [`spawn_emulated`]:
 //!   starting one (a server) and taking snapshots of its report while it runs.
 //! - [`validate`]: the emulator against cachegrind and against native runs.
 //! - [`topology`]: a preset as the nodes and tiers libstrata sees.
 pub mod calibrate;
 pub mod config;
+pub mod pkg;
 pub mod toolchain;
 pub mod topology;
 pub mod validate;

@@ -41,16 +41,21 @@ pub fn clang() -> String {
     "clang-14".into()
 }
 
-/// The clang command line of `strata emu cc ARGS`.
-pub fn cc_command(args: &[String]) -> Result<Command, Error> {
+/// The clang command line of `strata emu cc ARGS`: clang++ when `cxx` (C++ sources and
+/// libstdc++ at link time). The emulator's library is linked only when clang links (no
+/// -c, -S, -E or -M), so that compiles stay free of warnings a -Werror build would refuse.
+pub fn cc_command(args: &[String], cxx: bool) -> Result<Command, Error> {
     let dir = lib_dir()?;
-    let mut c = Command::new(clang());
-    c.args(CLANG_FLAGS)
-        .arg(format!("-I{}", strata_util::paths_include().display()))
-        .args(args)
-        .arg(format!("-L{}", dir.display()))
-        .arg("-lstrata_emu")
-        .arg(format!("-Wl,-rpath,{}", dir.display()));
+    let mut compiler = clang();
+    if cxx {
+        compiler = compiler.replacen("clang", "clang++", 1);
+    }
+    let mut c = Command::new(compiler);
+    c.args(CLANG_FLAGS).arg(format!("-I{}", strata_util::paths_include().display())).args(args);
+    let links = !args.iter().any(|a| matches!(a.as_str(), "-c" | "-S" | "-E" | "-M" | "-MM"));
+    if links {
+        c.arg(format!("-L{}", dir.display())).arg("-lstrata_emu").arg(format!("-Wl,-rpath,{}", dir.display()));
+    }
     Ok(c)
 }
 
