@@ -50,7 +50,7 @@ __attribute__((constructor)) static void check_cpu(void) {
  * would otherwise run on a machine it did not ask for. */
 static void global_init(void) {
   char err[600], msg[700];
-  if (emu_config_parse(&emu_cfg, getenv("STRATA_EMU"), err, sizeof err)) {
+  if (emu_config_parse(&emu_cfg, emu_getenv("STRATA_EMU"), err, sizeof err)) {
     snprintf(msg, sizeof msg, "strata-emu: %s in STRATA_EMU", err);
     emu_die(msg);
   }

@@ -55,6 +55,8 @@ static inline void *emu_map(size_t n) {
 /* Something the emulator cannot run with: the message goes into the report when there is one
  * (as {"error": ...}, which `strata emu run` prints), else to stderr; exit status 2. */
 __attribute__((noreturn)) void emu_die(const char *msg);
+/* getenv, or the environment the program started with while libc's is not yet set up */
+const char *emu_getenv(const char *name);
 
 /* ---- config.c: every setting in one table (key, unit, doc), the presets ----------------- */
 

@@ -16,7 +16,7 @@ static _Atomic int engine_busy;
 uint64_t emu_engine_next_ps = UINT64_MAX;
 
 void emu_engine_load(emu_thread_t *t) {
-  const char *lib = getenv("STRATA_ENGINE_LIB");
+  const char *lib = emu_getenv("STRATA_ENGINE_LIB");
   if (!lib || !*lib) return;
   t->in_engine = 1;
   static char msg[1024];

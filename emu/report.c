@@ -98,7 +98,7 @@ static void write_report(int fd, char *buf, size_t size, int at_exit) {
 }
 
 __attribute__((destructor)) static void report(void) {
-  const char *path = getenv("STRATA_EMU_REPORT");
+  const char *path = emu_getenv("STRATA_EMU_REPORT");
   if (!path || !*path) return;
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
@@ -128,7 +128,7 @@ static void on_snapshot(int sig) {
 }
 
 __attribute__((constructor)) static void snapshot_setup(void) {
-  const char *path = getenv("STRATA_EMU_REPORT");
+  const char *path = emu_getenv("STRATA_EMU_REPORT");
   if (!path || !*path || strlen(path) + 16 > sizeof snapshot_path) return;
   snprintf(snapshot_path, sizeof snapshot_path, "%s.snapshot", path);
   snprintf(snapshot_tmp, sizeof snapshot_tmp, "%s.tmp", snapshot_path);

@@ -577,3 +577,31 @@ fn debian_redis_runs_on_the_emulated_machine() {
         assert!(v["nodes"][n]["memory_accesses"].as_u64().unwrap() > 0, "node {n}: {v}");
     }
 }
+
+#[test]
+fn a_preloaded_allocator_does_not_change_the_machine() {
+    // libstrata.so allocates from ld.so's first calls, before libc has its environment: the
+    // emulator must still run on the machine STRATA_EMU names (it fell back to the preset's
+    // 64 GiB fast node)
+    let dir = std::env::temp_dir().join(format!("strata-emu-preload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("touch.c");
+    std::fs::write(
+        &src,
+        "#include <stdlib.h>\nint main(void) { char *p = malloc(8 << 20);\n\
+        for (int i = 0; i < (8 << 20); i += 4096) p[i] = 1; return p[4096] - 1; }\n",
+    )
+    .unwrap();
+    let exe = dir.join("touch");
+    assert!(strata().args(["emu", "cc", "-O1"]).arg(&src).arg("-o").arg(&exe).status().unwrap().success());
+    let lib = root().join("build/libstrata.so");
+    let v = json_of(
+        strata()
+            .args(["emu", "run", "--fast-bytes", "1M", "--json", "--quiet", "--", "env"])
+            .arg(format!("LD_PRELOAD={}", lib.display()))
+            .arg(&exe),
+    );
+    assert_eq!(v["nodes"][0]["capacity_pages"], 256, "{v}");
+    assert!(v["nodes"][1]["memory_accesses"].as_u64().unwrap() > 1000, "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
