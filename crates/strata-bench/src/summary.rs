@@ -355,7 +355,11 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 header(
                     &mut s,
                     &r.measured,
-                    &format!("Tiering policies (emulated, preset {})", &b["tiering-".len()..]),
+                    &format!(
+                        "Tiering policies (emulated, preset {}{})",
+                        r.report.preset,
+                        if b.ends_with("-real") { ", real programs" } else { "" }
+                    ),
                     &path,
                     dir,
                 );

@@ -82,6 +82,12 @@ impl Emulated {
         self.child.stdout.take()
     }
 
+    /// Ask the program to end (SIGTERM, which servers take as a clean shutdown; the report is
+    /// written at exit).
+    pub fn terminate(&self) {
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
     /// Whether the program has ended (its status then).
     pub fn try_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -7,9 +7,12 @@
 //! `first-touch` (nothing moves), `tpp` (the emulated kernel's hint-fault tiering) and every
 //! policy of the engine's registry (`ambix`, ...), which runs inside the program on its
 //! simulated time (stratad's libstratad.so). The engine's rounds and tpp's scans share one
-//! period (`--period-ms`), so the two see the program equally often.
+//! period (`--period-ms`), so the two see the program equally often. Real programs
+//! ([`real`]: Debian's Redis, memcached and LIBLINEAR) run the same way, driven from here.
+pub mod real;
 pub mod workloads;
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +34,8 @@ pub const DEFAULT_PRESET: &str = "m2t-4m";
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Workloads (cold-first, phase, gups-hot, gups-hot-ro, ycsb-c, ycsb-a, pagerank,
-    /// multi-site) [default: all]
+    /// multi-site), and real programs built by `strata emu pkg build` (redis-ycsb-a,
+    /// redis-ycsb-c, memcached-ycsb-c, liblinear) [default: all but the real programs]
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Policies: first-touch (nothing moves), tpp and nomad (the emulated kernel modes: Linux's
@@ -150,6 +154,9 @@ pub struct Row {
     #[serde(default)]
     pub transactional: strata_emu::Transactional,
     pub engine: Option<serde_json::Value>,
+    /// a real program's name and versions: "redis 7.0.15 (Debian 5:7.0.15-1~deb12u7)"
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
 }
 
 /// The matrix (`--json`).
@@ -203,6 +210,8 @@ struct Ran {
     outcome: Outcome,
     report: EmuReport,
     wall_s: f64,
+    /// a real program's name and versions
+    program: Option<String>,
 }
 
 /// Everything one run needs.
@@ -231,18 +240,30 @@ impl Matrix<'_> {
         if let Setup::Kernel(k) = setup {
             m.set_kernel(*k);
         }
+        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        if let Some(lib) = &self.preload {
+            env.push(("LD_PRELOAD".into(), lib.into()));
+        }
+        if let Setup::Engine(policy, tx) = setup {
+            let config = if *tx { &self.engine_config_tx } else { &self.engine_config };
+            let spec = EngineSpec::new(policy, Some(config)).map_err(|e| failed(e.to_string()))?;
+            env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v.into())));
+        }
+        if real::package(workload).is_some() {
+            let r = real::run(workload, &m, &env, self.opts.size_mb, self.opts.ops)?;
+            return Ok(Ran {
+                outcome: r.outcome,
+                report: r.run.report,
+                wall_s: r.run.wall_s,
+                program: Some(r.program),
+            });
+        }
         let mut cmd = Command::new(&self.exe);
         cmd.args(["bench", "tiering-workload", "--workload", workload, "--size-mb", &self.opts.size_mb.to_string()]);
         if let Some(ops) = self.opts.ops {
             cmd.args(["--ops", &ops.to_string()]);
         }
-        if let Some(lib) = &self.preload {
-            cmd.env("LD_PRELOAD", lib);
-        }
-        if let Setup::Engine(policy, tx) = setup {
-            let config = if *tx { &self.engine_config_tx } else { &self.engine_config };
-            cmd.envs(EngineSpec::new(policy, Some(config)).map_err(|e| failed(e.to_string()))?.env());
-        }
+        cmd.envs(env);
         let r = run_emulated(&m, &mut cmd, true)?;
         if !r.status.success() {
             return Err(failed(format!(
@@ -253,7 +274,7 @@ impl Matrix<'_> {
         }
         let outcome: Outcome =
             serde_json::from_slice(&r.stdout).map_err(|e| failed(format!("{workload}'s result: {e}")))?;
-        Ok(Ran { outcome, report: r.report, wall_s: r.wall_s })
+        Ok(Ran { outcome, report: r.report, wall_s: r.wall_s, program: None })
     }
 }
 
@@ -292,6 +313,7 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
         refused_pages: refused,
         transactional: rep.transactional.clone(),
         engine: rep.engine.clone(),
+        program: ran.program.clone(),
     }
 }
 
@@ -329,9 +351,16 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
     let workloads: Vec<String> =
         if a.workloads.is_empty() { WORKLOADS.iter().map(|w| w.to_string()).collect() } else { a.workloads.clone() };
     for w in &workloads {
-        ensure(WORKLOADS.contains(&w.as_str()), || {
-            format!("unknown workload '{w}' (known: {})", WORKLOADS.join(", "))
+        ensure(WORKLOADS.contains(&w.as_str()) || real::REAL.contains(&w.as_str()), || {
+            format!(
+                "unknown workload '{w}' (known: {}; real programs: {})",
+                WORKLOADS.join(", "),
+                real::REAL.join(", ")
+            )
         })?;
+        if let Some(p) = real::package(w) {
+            strata_emu::pkg::require(p).map_err(|e| Error::Invalid(e.to_string()))?;
+        }
     }
     let setups = setups(&a.policies)?;
     ensure(a.period_ms > 0.0, || "--period-ms must be positive".into())?;
@@ -538,9 +567,16 @@ impl Report {
         Ok(out)
     }
 
-    /// The report (tiering-PRESET.json) and its plots into dir.
+    /// The benchmark's name in results files: tiering-PRESET, with -real when every workload
+    /// is a real program (so that those runs keep a file of their own).
+    pub fn benchmark(&self) -> String {
+        let real = !self.rows.is_empty() && self.rows.iter().all(|r| r.program.is_some());
+        format!("tiering-{}{}", self.preset, if real { "-real" } else { "" })
+    }
+
+    /// The report (BENCHMARK.json) and its plots into dir.
     pub fn save(&self, dir: &Path) -> Result<PathBuf, Error> {
-        let path = crate::results::save(dir, &format!("tiering-{}", self.preset), self)?;
+        let path = crate::results::save(dir, &self.benchmark(), self)?;
         for (name, svg) in self.plots()? {
             let p = dir.join(name);
             std::fs::write(&p, svg).map_err(io(format!("writing {}", p.display())))?;
