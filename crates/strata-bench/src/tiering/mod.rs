@@ -247,7 +247,7 @@ impl Matrix<'_> {
         if let Setup::Engine(policy, tx) = setup {
             let config = if *tx { &self.engine_config_tx } else { &self.engine_config };
             let spec = EngineSpec::new(policy, Some(config)).map_err(|e| failed(e.to_string()))?;
-            env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v.into())));
+            env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v)));
         }
         if real::package(workload).is_some() {
             let r = real::run(workload, &m, &env, self.opts.size_mb, self.opts.ops)?;
