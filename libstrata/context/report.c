@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 static const char *directive_name(int32_t d, char *buf, size_t n) {
@@ -50,6 +51,8 @@ void _strata_report_write(void) {
   char exe[512];
   ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[el > 0 ? el : 0] = 0;
+  Dl_info main_info; /* the main program's base: where its program headers are */
+  void *main_base = dladdr((void *)getauxval(AT_PHDR), &main_info) ? main_info.dli_fbase : NULL;
   _strata_json_put(&o, "{\"pid\":%lld,\"exe\":", (long long)h->pid);
   _strata_json_str(&o, exe);
   _strata_json_put(&o, ",\"contexts_used\":%llu,\"contexts_dropped\":%llu,\"objects_dropped\":%llu,\"contexts\":[",
@@ -102,7 +105,10 @@ void _strata_report_write(void) {
       }
       _strata_json_put(&o, ",\"object\":");
       if (dladdr((char *)a - 1, &info) && info.dli_fname) {
-        _strata_json_str(&o, info.dli_fname);
+        /* dladdr names the main program by its argv[0], which a server may have written its
+         * process title over (Redis does): /proc/self/exe names it for sure */
+        int main_program = main_base && info.dli_fbase == main_base;
+        _strata_json_str(&o, main_program && *exe ? exe : info.dli_fname);
         _strata_json_put(&o, ",\"offset\":\"0x%lx\"", (unsigned long)((char *)a - (char *)info.dli_fbase));
       } else {
         _strata_json_put(&o, "null");

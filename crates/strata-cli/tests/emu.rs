@@ -540,11 +540,16 @@ fn debian_redis_runs_on_the_emulated_machine() {
     assert!(list.as_array().unwrap().iter().any(|b| b["name"] == "redis"), "{list}");
 
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // under strata run --report (transparent mode), whose report the emulator passes on to
+    // stderr with the program's other output
     let run = strata()
-        .args(["emu", "run", "--fast-bytes", "2M", "--json", "--quiet", "--", &server, "--port", &port.to_string()])
+        .args(["emu", "run", "--fast-bytes", "2M", "--json", "--quiet", "--", env!("CARGO_BIN_EXE_strata")])
+        .args(["run", "--report", "--json", "--lib"])
+        .arg(root().join("build/libstrata.so"))
+        .args(["--", &server, "--port", &port.to_string(), "--logfile", "/dev/null"])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let t = std::time::Instant::now();
@@ -576,6 +581,19 @@ fn debian_redis_runs_on_the_emulated_machine() {
     for n in 0..2 {
         assert!(v["nodes"][n]["memory_accesses"].as_u64().unwrap() > 0, "node {n}: {v}");
     }
+    // the contexts of a real server: its own functions, in its own binary (named by its path
+    // although Redis writes its process title over argv[0])
+    let err = String::from_utf8_lossy(&out.stderr);
+    let report: Value = serde_json::from_str(&err[err.find('{').expect("a context report")..]).unwrap();
+    let frames: Vec<&Value> = report["processes"][0]["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["stack"].as_array().unwrap().iter())
+        .collect();
+    let sym = |f: &str| frames.iter().any(|s| s["symbol"].as_str().is_some_and(|x| x.starts_with(f)));
+    assert!(sym("zmalloc") && sym("createStringObject"), "{report}");
+    assert!(frames.iter().any(|s| s["object"].as_str() == Some(server.as_str())), "{report}");
 }
 
 #[test]
