@@ -73,6 +73,12 @@ static void global_init(void) {
   epoch_ps = (uint64_t)emu_ps(emu_cfg.epoch_ns);
 }
 
+/* Runs once libc is set up: the engine, if the first thread started too early to load it
+ * (emu_engine_load), loads now, and its first round is scheduled. */
+__attribute__((constructor)) static void engine_when_libc_is_up(void) {
+  if (emu_engine_late_load(emu_self)) emu_kernel_tick(emu_self);
+}
+
 emu_thread_t *emu_thread(void) {
   if (emu_self) return emu_self;
   pthread_once(&once, global_init);

@@ -193,6 +193,7 @@ uint64_t emu_fault_events_lost(void);
 
 extern uint64_t emu_engine_next_ps;  /* when its next round is due; UINT64_MAX: no engine */
 void emu_engine_load(emu_thread_t *t); /* the first thread: load $STRATA_ENGINE_LIB, if any */
+int emu_engine_late_load(emu_thread_t *t); /* libc is set up: load it if it had to wait; 1 if so */
 void emu_engine_tick(emu_thread_t *t); /* a round, if one is due */
 const char *emu_engine_report(emu_thread_t *t); /* its statistics (JSON), or NULL */
 

@@ -15,8 +15,18 @@ static int engine_on;
 static _Atomic int engine_busy;
 uint64_t emu_engine_next_ps = UINT64_MAX;
 
+/* The first thread may start inside ld.so, before libc has its environment: a preloaded
+ * allocator (libstrata.so) touches memory from ld.so's first calls. The engine cannot start
+ * then (dlopen, and the engine reading its own configuration from the environment), so it
+ * waits for this library's constructor (core.c), which runs once libc is set up. */
+static int libc_ready, engine_pending;
+
 void emu_engine_load(emu_thread_t *t) {
-  const char *lib = emu_getenv("STRATA_ENGINE_LIB");
+  if (!libc_ready) {
+    engine_pending = 1;
+    return;
+  }
+  const char *lib = getenv("STRATA_ENGINE_LIB");
   if (!lib || !*lib) return;
   t->in_engine = 1;
   static char msg[1024];
@@ -38,6 +48,14 @@ void emu_engine_load(emu_thread_t *t) {
   engine_on = 1;
   emu_engine_next_ps = t->clock_ps + (uint64_t)emu_ps((double)engine.period_ns);
   t->in_engine = 0;
+}
+
+int emu_engine_late_load(emu_thread_t *t) {
+  libc_ready = 1;
+  if (!engine_pending || !t) return 0;
+  engine_pending = 0;
+  emu_engine_load(t);
+  return 1;
 }
 
 void emu_engine_tick(emu_thread_t *t) {

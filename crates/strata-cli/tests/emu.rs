@@ -613,13 +613,15 @@ fn a_preloaded_allocator_does_not_change_the_machine() {
     let exe = dir.join("touch");
     assert!(strata().args(["emu", "cc", "-O1"]).arg(&src).arg("-o").arg(&exe).status().unwrap().success());
     let lib = root().join("build/libstrata.so");
+    // with an engine policy too: the engine cannot start that early, and starts later
     let v = json_of(
         strata()
-            .args(["emu", "run", "--fast-bytes", "1M", "--json", "--quiet", "--", "env"])
+            .args(["emu", "run", "--fast-bytes", "1M", "--policy", "ambix", "--json", "--quiet", "--", "env"])
             .arg(format!("LD_PRELOAD={}", lib.display()))
             .arg(&exe),
     );
     assert_eq!(v["nodes"][0]["capacity_pages"], 256, "{v}");
     assert!(v["nodes"][1]["memory_accesses"].as_u64().unwrap() > 1000, "{v}");
+    assert!(v["engine"]["policy"].is_string(), "the engine ran: {v}");
     std::fs::remove_dir_all(&dir).ok();
 }
