@@ -227,8 +227,13 @@ fn logged(mut cmd: Command, what: &str, log: &Path) -> Result<(), Error> {
 
 /// apt-get with the build's own configuration: a deb-src entry for `release`, lists and cache
 /// under `apt`.
+/// Where sources come from: $STRATA_DEBIAN_MIRROR, or Debian's own mirror.
+fn mirror() -> String {
+    std::env::var("STRATA_DEBIAN_MIRROR").unwrap_or_else(|_| "http://deb.debian.org/debian".into())
+}
+
 fn apt_get(apt: &Path, release: &str) -> Result<Command, Error> {
-    let mirror = std::env::var("STRATA_DEBIAN_MIRROR").unwrap_or_else(|_| "http://deb.debian.org/debian".into());
+    let mirror = mirror();
     std::fs::create_dir_all(apt.join("lists/partial"))
         .map_err(strata_util::io(format!("creating {}", apt.display())))?;
     std::fs::create_dir_all(apt.join("cache/archives/partial")).map_err(strata_util::io("creating apt's cache"))?;
@@ -273,6 +278,17 @@ pub fn build(name: &str, rebuild: bool, quiet: bool) -> Result<Built, Error> {
     update.arg("update");
     logged(update, "apt-get update (deb-src)", &log)
         .map_err(|e| Error::Failed(format!("cannot reach Debian's source index: {e}")))?;
+    // apt-get update succeeds when nothing could be fetched: the index must be there
+    let lists = files_ending(&apt.join("lists"), "")?;
+    if !lists.iter().any(|p| p.to_string_lossy().contains("_Sources")) {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        return Err(Error::Failed(format!(
+            "cannot reach Debian's source index for {release} ({}):\n{}\n(whole log: {})",
+            mirror(),
+            tail(&text, 6),
+            log.display()
+        )));
+    }
     let mut fetch = apt_get(&apt, &release)?;
     fetch.current_dir(&src).args(["source", "--download-only", name]);
     // the .dsc and the upstream tarball are what the build needs (apt checks both against
@@ -326,8 +342,11 @@ pub fn build(name: &str, rebuild: bool, quiet: bool) -> Result<Built, Error> {
     for b in r.binaries {
         let from = tree.join(b);
         let to = bin.join(from.file_name().unwrap_or_default());
-        std::fs::copy(&from, &to)
+        // beside it, then renamed: a copy of the binary may be running (a server)
+        let tmp = to.with_extension("new");
+        std::fs::copy(&from, &tmp)
             .map_err(|e| Error::Failed(format!("the build made no {} ({e}); see {}", from.display(), log.display())))?;
+        std::fs::rename(&tmp, &to).map_err(strata_util::io(format!("installing {}", to.display())))?;
         binaries.push(to);
     }
     let built = Built {
