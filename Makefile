@@ -201,6 +201,10 @@ vm-test-damon: vm-bins rust $(BUILD)/libstrata.so $(BUILD)/preload/hot_writer
 ycsb-binding-test: rust
 	bench/ycsb-binding/run.sh strata a 5000 20000 2
 	bench/ycsb-binding/run.sh redis a 5000 20000 2
+	@# Debian's Redis on the emulated machine (built by the emu tests when Debian's sources can be fetched)
+	if target/release/strata emu pkg list --json | grep -q '"redis"'; then \
+	  bench/ycsb-binding/run.sh emu-redis c 2000 5000 1; \
+	else echo "skipped: emu-redis (Redis is not built for the emulated machine: strata emu pkg build redis)"; fi
 
 # formatting (rustfmt.toml) and every clippy warning, as errors
 lint:
