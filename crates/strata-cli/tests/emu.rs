@@ -625,3 +625,39 @@ fn a_preloaded_allocator_does_not_change_the_machine() {
     assert!(v["engine"]["policy"].is_string(), "the engine ran: {v}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn real_programs_are_tiering_workloads() {
+    // memcached (C, configure, libevent) and LIBLINEAR (C++) from Debian, small
+    if built_package("memcached").is_none() || built_package("liblinear").is_none() {
+        return;
+    }
+    let v = json_of(strata().args([
+        "bench",
+        "tiering",
+        "--workloads",
+        "memcached-ycsb-c,liblinear",
+        "--policies",
+        "first-touch,tpp",
+        "--fast-ratio",
+        "0.25",
+        "--size-mb",
+        "4",
+        "--json",
+        "--quiet",
+    ]));
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 4, "{v}"); // all-fast, far-only, first-touch, tpp for each
+    for r in rows {
+        let program = r["program"].as_str().unwrap_or_else(|| panic!("no program: {r}"));
+        let name = r["workload"].as_str().unwrap().split('-').next().unwrap();
+        assert!(program.starts_with(name) && program.contains("(Debian "), "{program}");
+        assert!(r["figure"].as_f64().unwrap() > 0.0, "{r}");
+        if r["policy"] == "first-touch" {
+            assert!(r["fast_accesses"].as_u64().unwrap() > 0 && r["far_accesses"].as_u64().unwrap() > 0, "{r}");
+        }
+        if r["policy"] == "far-only" {
+            assert_eq!(r["fast_accesses"], 0, "{r}");
+        }
+    }
+}
