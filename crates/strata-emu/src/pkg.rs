@@ -259,6 +259,14 @@ pub fn build(name: &str, rebuild: bool, quiet: bool) -> Result<Built, Error> {
             return Ok(b);
         }
     }
+    // one build at a time (apt's lists and cache are shared); another may just have built it
+    std::fs::create_dir_all(root()).map_err(strata_util::io(format!("creating {}", root().display())))?;
+    let _lock = BuildLock::take(&root().join(".lock"))?;
+    if !rebuild {
+        if let Some(b) = built(name)? {
+            return Ok(b);
+        }
+    }
     let say = |m: String| {
         if !quiet {
             eprintln!("[emu pkg] {m}");
@@ -361,6 +369,27 @@ pub fn build(name: &str, rebuild: bool, quiet: bool) -> Result<Built, Error> {
     std::fs::write(record_path(name), text + "\n").map_err(strata_util::io("writing package.json"))?;
     say(format!("built {}: {}", built.program(), bin.display()));
     Ok(built)
+}
+
+/// An exclusive lock on a file (flock), held while the file is open: until dropped.
+struct BuildLock {
+    _file: std::fs::File,
+}
+
+impl BuildLock {
+    fn take(path: &Path) -> Result<BuildLock, Error> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(strata_util::io(format!("opening {}", path.display())))?;
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(Error::Io(strata_util::io(format!("locking {}", path.display()))(std::io::Error::last_os_error())));
+        }
+        Ok(BuildLock { _file: f })
+    }
 }
 
 fn files_ending(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>, Error> {
