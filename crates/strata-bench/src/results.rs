@@ -24,15 +24,21 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// This process: its command line, today, this host.
+    /// This process: its command line (after the libstrata options the environment set, such
+    /// as STRATA_COLOUR=1, which change what is measured), today, this host.
     pub fn now(benchmark: &str) -> Measured {
         let mut args: Vec<String> = std::env::args().collect();
         if let Some(a0) = args.first_mut() {
             *a0 = "strata".into();
         }
+        let options = strata::options_text();
+        let set = options
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter_map(|name| std::env::var(name).ok().map(|v| format!("{name}={v}")));
         Measured {
             benchmark: benchmark.into(),
-            command: args.join(" "),
+            command: set.chain(args).collect::<Vec<_>>().join(" "),
             date: strata_util::today(),
             host: Host::detect(),
         }

@@ -386,7 +386,9 @@ impl BuildLock {
             .open(path)
             .map_err(strata_util::io(format!("opening {}", path.display())))?;
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(Error::Io(strata_util::io(format!("locking {}", path.display()))(std::io::Error::last_os_error())));
+            return Err(Error::Io(strata_util::io(format!("locking {}", path.display()))(
+                std::io::Error::last_os_error(),
+            )));
         }
         Ok(BuildLock { _file: f })
     }
