@@ -163,21 +163,25 @@ fn run_refuses_programs_not_built_for_the_emulator() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("whole sets"), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `source` built with `strata emu cc -O2` in a folder of its own: (the folder, the program).
+fn built_c(name: &str, source: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("strata-emu-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    assert!(strata().args(["emu", "cc", "-O2"]).arg(&src).arg("-o").arg(&exe).status().unwrap().success());
+    (dir, exe)
+}
+
 #[test]
 fn cc_builds_a_program_that_reads_its_simulated_clock() {
-    let dir = std::env::temp_dir().join(format!("strata-emu-cc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("clock.c");
-    std::fs::write(
-        &src,
+    let (dir, exe) = built_c(
+        "clock",
         "#include <stdio.h>\n#include \"strata_emu.h\"\nint a[1 << 20];\n\
         int main(void) { unsigned long t = strata_emu_now_ns(); for (int i = 0; i < (1 << 20); i++) a[i] = i;\n\
         printf(\"%lu\\n\", strata_emu_now_ns() - t); return 0; }\n",
-    )
-    .unwrap();
-    let exe = dir.join("clock");
-    let st = strata().args(["emu", "cc", "-O2"]).arg(&src).arg("-o").arg(&exe).status().unwrap();
-    assert!(st.success());
+    );
     let v = json_of(strata().args(["emu", "run", "--json", "--quiet", "--"]).arg(&exe));
     assert!(v["totals"]["stores"].as_u64().unwrap() >= 1 << 18); // vectorised stores count once each
     assert!(v["sim_ns"].as_u64().unwrap() > 0);
@@ -601,17 +605,11 @@ fn a_preloaded_allocator_does_not_change_the_machine() {
     // libstrata.so allocates from ld.so's first calls, before libc has its environment: the
     // emulator must still run on the machine STRATA_EMU names (it fell back to the preset's
     // 64 GiB fast node)
-    let dir = std::env::temp_dir().join(format!("strata-emu-preload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("touch.c");
-    std::fs::write(
-        &src,
+    let (dir, exe) = built_c(
+        "touch",
         "#include <stdlib.h>\nint main(void) { char *p = malloc(8 << 20);\n\
         for (int i = 0; i < (8 << 20); i += 4096) p[i] = 1; return p[4096] - 1; }\n",
-    )
-    .unwrap();
-    let exe = dir.join("touch");
-    assert!(strata().args(["emu", "cc", "-O1"]).arg(&src).arg("-o").arg(&exe).status().unwrap().success());
+    );
     let lib = root().join("build/libstrata.so");
     // with an engine policy too: the engine cannot start that early, and starts later
     let v = json_of(
