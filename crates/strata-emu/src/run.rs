@@ -68,10 +68,6 @@ pub fn spawn_emulated(m: &Machine, cmd: &mut Command) -> Result<Emulated, Error>
 }
 
 impl Emulated {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// The program's stdin, when `cmd` piped it.
     pub fn take_stdin(&mut self) -> Option<std::process::ChildStdin> {
         self.child.stdin.take()
