@@ -102,13 +102,13 @@ fn alloc_table(s: &mut String, r: &alloc::Report) {
 fn ycsb_table(s: &mut String, r: &ycsb::Report) {
     // a column per workload and theta (a theta sweep's columns are its thetas)
     let mut columns: Vec<(&str, f64)> = Vec::new();
-    let mut configs: Vec<(ycsb::Target, ycsb::Config)> = Vec::new();
+    let mut configs: Vec<(ycsb::Target, &ycsb::Config)> = Vec::new();
     for x in &r.results {
         if !columns.contains(&(x.workload.as_str(), x.theta)) {
             columns.push((&x.workload, x.theta));
         }
-        if !configs.contains(&(x.variant, x.config)) {
-            configs.push((x.variant, x.config));
+        if !configs.contains(&(x.variant, &x.config)) {
+            configs.push((x.variant, &x.config));
         }
     }
     configs.sort_by_key(|(t, c)| (*c, *t)); // the baseline first, the upper bound last
@@ -134,15 +134,15 @@ fn ycsb_table(s: &mut String, r: &ycsb::Report) {
         let cells: Vec<String> = columns
             .iter()
             .map(|(w, theta)| {
-                let get = |tt: ycsb::Target, cc: ycsb::Config| {
+                let get = |tt: ycsb::Target, cc: &ycsb::Config| {
                     r.results
                         .iter()
-                        .find(|x| x.workload == *w && x.theta == *theta && x.variant == tt && x.config == cc)
+                        .find(|x| x.workload == *w && x.theta == *theta && x.variant == tt && x.config == *cc)
                         .map(|x| x.ops_per_sec)
                 };
                 let base =
-                    if emulated { get(ycsb::Target::Std, ycsb::Config::FarOnly) } else { get(ycsb::Target::Std, *c) };
-                match (get(*t, *c), base) {
+                    if emulated { get(ycsb::Target::Std, &ycsb::Config::FarOnly) } else { get(ycsb::Target::Std, c) };
+                match (get(*t, c), base) {
                     (Some(v), Some(b)) => format!("{:.2}", v / b),
                     _ => "-".into(),
                 }

@@ -13,9 +13,10 @@
 //! machine (`make emu`) runs this same command in process, one configuration per run, and
 //! reports operations per simulated second; the emulator's report adds cache, TLB and tier
 //! counts. The configurations are M2T's ([`Tiering`]): `std` on far memory only (the
-//! baseline), every variant with first touch and with the emulated `tpp` kernel, and
-//! everything fast (the upper bound). The fast tier is a fraction of the footprint, measured by
-//! the all-fast run.
+//! baseline), every variant under each of `--policies` (first touch and the emulated `tpp`
+//! kernel by default; `nomad` and the engine's policies as `strata bench tiering` runs them),
+//! and everything fast (the upper bound). The fast tier is a fraction of the footprint,
+//! measured by the all-fast run.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use strata_ycsb::{load, run as run_phase, Latency, MemcachedDb, RespDb, Workload
 
 use strata_util::io;
 
+use crate::tiering::{self, EngineFiles, Setup};
 use crate::{ensure, failed, plot, Error};
 
 /// Default fast tier of emulated runs: M2T's 64 GB of a ~109 GB footprint.
@@ -76,10 +78,16 @@ pub struct Options {
     /// Also run over the network: strata-kv servers (each variant), redis-server, memcached
     #[arg(long)]
     pub network: bool,
-    /// Run on an emulated machine instead (preset m2t): far-only, first-touch, tpp and
-    /// all-fast configurations; needs `make emu`
+    /// Run on an emulated machine instead (preset m2t): far-only and all-fast, and every
+    /// variant under each of --policies; needs `make emu`
     #[arg(long, value_name = "PRESET")]
     pub emulate: Option<String>,
+    /// With --emulate, the tiering of the variants' runs: first-touch, tpp, nomad, or an
+    /// engine policy (ambix, mat:apb, proactive, hmalloc, strata; POLICY/transactional), as
+    /// `strata bench tiering --policies` takes them; the engine's round is the tpp scan period
+    /// [default: first-touch,tpp]
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Option<Vec<String>>,
     #[command(flatten)]
     pub machine: MachineArgs,
     /// Added to the client's random seed (rounds use seed-offset, seed-offset + 1, ...)
@@ -128,36 +136,55 @@ impl Target {
     }
 }
 
-/// How a row was measured: natively (in process or over TCP) or on an emulated machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// How a row was measured: natively (in process or over TCP) or on an emulated machine, in
+/// the order tables list them (the baseline first, the upper bound last). Written as its name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum Config {
     InProcess,
     Network,
     FarOnly,
     FirstTouch,
     Tpp,
+    /// another emulated tiering: nomad, or an engine policy (`ambix`, `ambix/transactional`)
+    Policy(String),
     AllFast,
 }
 
 impl Config {
-    fn of(t: Tiering) -> Config {
-        match t {
-            Tiering::FarOnly => Config::FarOnly,
-            Tiering::FirstTouch => Config::FirstTouch,
-            Tiering::Tpp => Config::Tpp,
-            Tiering::AllFast => Config::AllFast,
-        }
+    fn of(setup: &Setup) -> Config {
+        Config::from(setup.name())
     }
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Config::InProcess => "in-process",
             Config::Network => "network",
             Config::FarOnly => "far-only",
             Config::FirstTouch => "first-touch",
             Config::Tpp => "tpp",
+            Config::Policy(p) => p,
             Config::AllFast => "all-fast",
         }
+    }
+}
+
+impl From<String> for Config {
+    fn from(s: String) -> Config {
+        match s.as_str() {
+            "in-process" => Config::InProcess,
+            "network" => Config::Network,
+            "far-only" => Config::FarOnly,
+            "first-touch" => Config::FirstTouch,
+            "tpp" => Config::Tpp,
+            "all-fast" => Config::AllFast,
+            _ => Config::Policy(s),
+        }
+    }
+}
+
+impl From<Config> for String {
+    fn from(c: Config) -> String {
+        c.name().into()
     }
 }
 
@@ -378,7 +405,7 @@ fn measure(
     let seed = 42 + round as u64;
     let (threads, quiet) = (sc.threads, progress.quiet());
     let mut phase = None;
-    let (l, res, pages, nb) = match (target, config) {
+    let (l, res, pages, nb) = match (target, &config) {
         (t, Config::InProcess) => {
             let store = Store::new(t.variant().expect("in-process targets are variants"), sc.buckets);
             let l = load(&store, wl, threads, quiet);
@@ -461,12 +488,12 @@ fn measure(
 
 /// The emulated configurations, in the order they run: the all-fast std run comes first
 /// because it measures the footprint that sizes the fast tier of the others.
-fn emulated_targets(variants: &[Variant]) -> Vec<(Variant, Tiering)> {
-    let mut t = vec![(Variant::Std, Tiering::AllFast), (Variant::Std, Tiering::FarOnly)];
-    for tiering in [Tiering::FirstTouch, Tiering::Tpp] {
-        t.extend(variants.iter().map(|v| (*v, tiering)));
+fn emulated_targets(variants: &[Variant], setups: &[Setup]) -> Vec<(Variant, Setup)> {
+    let mut t = vec![(Variant::Std, Setup::Bound(Tiering::AllFast)), (Variant::Std, Setup::Bound(Tiering::FarOnly))];
+    for setup in setups {
+        t.extend(variants.iter().map(|v| (*v, setup.clone())));
     }
-    t.extend(variants.iter().filter(|v| **v != Variant::Std).map(|v| (*v, Tiering::AllFast)));
+    t.extend(variants.iter().filter(|v| **v != Variant::Std).map(|v| (*v, Setup::Bound(Tiering::AllFast))));
     t
 }
 
@@ -477,13 +504,14 @@ fn measure_emulated(
     exe: &Path,
     machine: &Machine,
     variant: Variant,
-    tiering: Tiering,
+    setup: &Setup,
+    engine: &EngineFiles,
     wl: &Workload,
     sc: &Scale,
     fast_bytes: u64,
     round: usize,
 ) -> Result<Row, Error> {
-    let m = tiering.apply(machine, fast_bytes)?;
+    let (m, env) = setup.prepare(machine, fast_bytes, engine)?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args([
         "bench",
@@ -507,13 +535,14 @@ fn measure_emulated(
     ] {
         cmd.args([flag, &v]);
     }
+    cmd.envs(env);
     let r = run_emulated(&m, &mut cmd, true)?;
     if !r.status.success() {
         return Err(failed(format!(
             "the emulated run of workload {} ({}, {}) failed: {}",
             wl.name,
             variant.name(),
-            tiering.name(),
+            setup.name(),
             r.status
         )));
     }
@@ -523,10 +552,13 @@ fn measure_emulated(
     let rep = &r.report;
     let (fast_accesses, far_accesses) = rep.fast_and_far_accesses();
     row.machine = m.preset.clone();
-    row.config = Config::of(tiering);
+    row.config = Config::of(setup);
     row.emulated = Some(EmuStats {
         speedup_over_far_only: 0.0, // filled in once the baseline is known
-        fast_bytes: tiering.fast_bytes(fast_bytes, rep.footprint_bytes()),
+        fast_bytes: match setup {
+            Setup::Bound(t) => t.fast_bytes(fast_bytes, rep.footprint_bytes()),
+            _ => fast_bytes,
+        },
         footprint_bytes: rep.footprint_bytes(),
         sim_ms: rep.sim_ns as f64 / 1e6,
         wall_s: r.wall_s,
@@ -570,12 +602,25 @@ fn run_emulated_matrix(
     let mut machine = Machine::preset(preset, progress.quiet())?;
     machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(DEFAULT_TPP_SCAN_MS));
     a.machine.apply(&mut machine)?;
-    let targets = emulated_targets(&a.variants);
+    let setups = tiering::setups(a.policies.as_deref().unwrap_or(&["first-touch".into(), "tpp".into()]))?;
+    let period_ms = a.machine.tpp_scan_period_ms.unwrap_or(DEFAULT_TPP_SCAN_MS);
+    let engine_config = |footprint: u64| {
+        let cfg = tiering::engine_config(
+            None,
+            period_ms,
+            tiering::DEFAULT_SAMPLE_PERIOD,
+            None,
+            footprint as f64 / 1048576.0,
+        )?;
+        EngineFiles::write(cfg, &setups)
+    };
+    let mut engine = engine_config(0)?; // checks the policies before anything runs
+    let targets = emulated_targets(&a.variants, &setups);
     let mut rows = Vec::new();
     for wl in workloads {
         let mut fast_bytes = 0;
         let mut done: Vec<Row> = Vec::new();
-        for (i, &(variant, tiering)) in targets.iter().enumerate() {
+        for (i, (variant, setup)) in targets.iter().enumerate() {
             let mut rs = Vec::new();
             for r in 0..a.rounds {
                 progress.say(&format!(
@@ -583,21 +628,24 @@ fn run_emulated_matrix(
                     wl.name,
                     wl.zipfianconstant,
                     variant.name(),
-                    tiering.name(),
+                    setup.name(),
                     i + 1,
                     targets.len(),
                     r + 1,
                     a.rounds
                 ));
-                let row = measure_emulated(&exe, &machine, variant, tiering, wl, sc, fast_bytes, r + a.seed_offset)?;
+                let row =
+                    measure_emulated(&exe, &machine, *variant, setup, &engine, wl, sc, fast_bytes, r + a.seed_offset)?;
                 let e = row.emulated.as_ref().expect("emulated");
                 progress.say(&format!("  {:.0} ops per simulated second ({:.1} s wall)", row.ops_per_sec, e.wall_s));
                 rs.push(row);
             }
             let row = median_row(rs);
-            if (variant, tiering) == (Variant::Std, Tiering::AllFast) {
+            if i == 0 {
+                // std all-fast: the footprint sizes the fast tier and MAT's records
                 let footprint = row.emulated.as_ref().map_or(0, |e| e.footprint_bytes);
                 fast_bytes = fast_bytes_of(footprint, fast_ratio);
+                engine = engine_config(footprint)?;
                 progress.say(&format!(
                     "  footprint {} MiB: the fast tier is {} MiB ({:.0} %)",
                     footprint >> 20,
@@ -627,8 +675,14 @@ struct Peers {
 /// The native matrix: in process, and with --network over TCP against the peers.
 fn run_native_matrix(workloads: &[Workload], a: &Options, sc: &Scale, progress: Progress) -> Result<Vec<Row>, Error> {
     ensure(
-        a.machine.set.is_empty() && a.machine.fast_ratio.is_empty() && a.machine.tpp_scan_period_ms.is_none(),
-        || "--set, --fast-ratio and --tpp-scan-period-ms are for the emulated machine (--emulate m2t)".into(),
+        a.machine.set.is_empty()
+            && a.machine.fast_ratio.is_empty()
+            && a.machine.tpp_scan_period_ms.is_none()
+            && a.policies.is_none(),
+        || {
+            "--set, --fast-ratio, --tpp-scan-period-ms and --policies are for the emulated machine (--emulate m2t)"
+                .into()
+        },
     )?;
     let peers = Peers {
         redis: if a.network { Peer::start(Target::Redis, progress) } else { None },
@@ -649,7 +703,7 @@ fn run_native_matrix(workloads: &[Workload], a: &Options, sc: &Scale, progress: 
         let mut per: BTreeMap<(Target, Config), Vec<Row>> = BTreeMap::new();
         for r in 0..a.rounds {
             for k in 0..targets.len() {
-                let (target, config) = targets[(k + r) % targets.len()];
+                let (target, config) = targets[(k + r) % targets.len()].clone();
                 progress.say(&format!(
                     "workload {} theta {} {} ({}) round {}/{}: loading {} records",
                     wl.name,
@@ -660,7 +714,7 @@ fn run_native_matrix(workloads: &[Workload], a: &Options, sc: &Scale, progress: 
                     a.rounds,
                     wl.recordcount
                 ));
-                let row = measure(target, config, wl, sc, &peers, r + a.seed_offset, progress)?;
+                let row = measure(target, config.clone(), wl, sc, &peers, r + a.seed_offset, progress)?;
                 per.entry((target, config)).or_default().push(row);
             }
         }
@@ -720,10 +774,10 @@ fn default_scale() -> String {
 
 /// nextto (and the peers) over std, per workload, theta and configuration.
 fn ratios(workloads: &[Workload], rows: &[Row]) -> Vec<Ratio> {
-    let mut configs: Vec<(&str, Config)> = Vec::new();
+    let mut configs: Vec<(&str, &Config)> = Vec::new();
     for r in rows {
-        if !configs.contains(&(r.machine.as_str(), r.config)) {
-            configs.push((r.machine.as_str(), r.config));
+        if !configs.contains(&(r.machine.as_str(), &r.config)) {
+            configs.push((r.machine.as_str(), &r.config));
         }
     }
     let mut out = Vec::new();
@@ -732,7 +786,7 @@ fn ratios(workloads: &[Workload], rows: &[Row]) -> Vec<Ratio> {
             let get = |v: Target| {
                 rows.iter()
                     .find(|r| {
-                        r.workload == wl.name && r.theta == wl.zipfianconstant && r.variant == v && r.config == config
+                        r.workload == wl.name && r.theta == wl.zipfianconstant && r.variant == v && r.config == *config
                     })
                     .map(|r| r.ops_per_sec)
             };
@@ -741,7 +795,7 @@ fn ratios(workloads: &[Workload], rows: &[Row]) -> Vec<Ratio> {
                     workload: wl.name.clone(),
                     theta: wl.zipfianconstant,
                     machine: machine.into(),
-                    config,
+                    config: config.clone(),
                     nextto_over_std: n / s,
                     nextto_split_over_std: get(Target::NextToSplit).map(|x| x / s),
                     redis_over_nextto: get(Target::Redis).map(|r| r / n),
@@ -760,8 +814,8 @@ impl Report {
     }
 
     /// The benchmark's name in results files: ycsb-native, or ycsb-emulated-PRESET, then
-    /// -m2t-scale at --scale m2t, -theta with thetas other than 0.99 alone (a sweep) and
-    /// -colour when libstrata coloured its pages (STRATA_COLOUR=1), so that these runs do
+    /// -m2t-scale at --scale m2t, -theta with thetas other than 0.99 alone (a sweep),
+    /// -policies with engine policies or nomad, and -colour when libstrata coloured its pages (STRATA_COLOUR=1), so that these runs do
     /// not overwrite the headline's file.
     pub fn benchmark(&self) -> String {
         let mut name = self.emulated().map_or_else(|| "ycsb-native".into(), |p| format!("ycsb-emulated-{p}"));
@@ -770,6 +824,9 @@ impl Report {
         }
         if self.results.iter().any(|r| r.theta != DEFAULT_THETA) {
             name += "-theta";
+        }
+        if self.results.iter().any(|r| matches!(r.config, Config::Policy(_))) {
+            name += "-policies";
         }
         if self.colour {
             name += "-colour";
@@ -789,7 +846,7 @@ impl Report {
         if emulated.is_some() {
             let _ = writeln!(
                 s,
-                "{:<8} {:>6} {:<12} {:<12} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
+                "{:<8} {:>6} {:<12} {:<21} {:>11} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
                 "workload",
                 "theta",
                 "variant",
@@ -819,7 +876,7 @@ impl Report {
             if let Some(e) = &r.emulated {
                 let _ = writeln!(
                     s,
-                    "{:<8} {:>6} {:<12} {:<12} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
+                    "{:<8} {:>6} {:<12} {:<21} {:>11.0} {:>8.2} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9}",
                     r.workload,
                     r.theta,
                     r.variant.name(),

@@ -306,6 +306,61 @@ fn ycsb_at_m2t_scale_reports_misses_per_operation() {
 }
 
 #[test]
+fn ycsb_on_the_emulated_machine_under_engine_policies_and_nomad() {
+    // the engine's rounds every 0.2 simulated ms, so that a run of a few ms sees many
+    let v = json_of(strata().args([
+        "bench",
+        "ycsb",
+        "--emulate",
+        "m2t",
+        "--workloads",
+        "c",
+        "--records",
+        "4000",
+        "--ops",
+        "4000",
+        "--variants",
+        "std,nextto",
+        "--policies",
+        "ambix,ambix/transactional,nomad",
+        "--tpp-scan-period-ms",
+        "0.2",
+        "--fast-ratio",
+        "0.25",
+        "--json",
+        "--quiet",
+    ]));
+    let rows = v["results"].as_array().unwrap();
+    let got: Vec<String> = rows.iter().map(|r| format!("{} {}", r["variant"], r["config"]).replace('"', "")).collect();
+    assert_eq!(
+        got,
+        [
+            "std all-fast",
+            "std far-only",
+            "std ambix",
+            "nextto ambix",
+            "std ambix/transactional",
+            "nextto ambix/transactional",
+            "std nomad",
+            "nextto nomad",
+            "nextto all-fast"
+        ]
+    );
+    let footprint = rows[0]["emulated"]["footprint_bytes"].as_f64().unwrap(); // std all-fast
+    for r in rows.iter().filter(|r| r["config"] != "all-fast" && r["config"] != "far-only") {
+        let e = &r["emulated"];
+        // a quarter of the footprint is fast: every policy moves pages while YCSB runs
+        let moved = e["promoted_pages"].as_u64().unwrap() + e["demoted_pages"].as_u64().unwrap();
+        assert!(moved > 0, "{r}");
+        assert!(e["fast_accesses"].as_u64().unwrap() > 0 && e["far_accesses"].as_u64().unwrap() > 0, "{r}");
+        // (nomad's footprint also counts its shadows)
+        assert!((e["fast_bytes"].as_f64().unwrap() / footprint - 0.25).abs() < 0.01, "{r}");
+    }
+    let ratios: Vec<&str> = v["ratios"].as_array().unwrap().iter().map(|r| r["config"].as_str().unwrap()).collect();
+    assert_eq!(ratios, ["all-fast", "ambix", "ambix/transactional", "nomad"]);
+}
+
+#[test]
 fn ycsb_on_the_emulated_machine() {
     // M2T's configurations, small: 4,000 records (about 5 MiB), chains of about 60 nodes
     let v = json_of(strata().args([
@@ -380,6 +435,8 @@ fn ycsb_on_the_emulated_machine() {
         (vec!["--emulate", "m2t", "--network"], "in process only"),
         (vec!["--set", "llc=1M"], "--emulate"),
         (vec!["--emulate", "m2t", "--fast-ratio", "1"], "below 1"),
+        (vec!["--policies", "ambix"], "--emulate"),
+        (vec!["--emulate", "m2t", "--policies", "first-touch,nosuch"], "unknown policy 'nosuch'"),
     ] {
         let o =
             strata().args(["bench", "ycsb", "-q", "--records", "100", "--ops", "100"]).args(&args).output().unwrap();

@@ -70,7 +70,7 @@ pub struct Options {
     /// One LLC miss in this many is sampled. MAT's 4,096 gives tens of thousands of samples a
     /// second on hardware that misses tens of millions of times a second; the emulated programs
     /// run for about a simulated second, so the benchmark samples more often (docs/tiering.md)
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = DEFAULT_SAMPLE_PERIOD)]
     pub sample_period: u64,
     /// MAT's record size (`split_mb` of mat and proactive), MB [default: the footprint / 512].
     /// The paper splits objects into 64 MiB records on machines with tens of GB of fast memory;
@@ -88,12 +88,15 @@ pub struct Options {
     pub jobs: Option<usize>,
 }
 
+/// One LLC miss in this many is sampled for the engine's policies (--sample-period).
+pub const DEFAULT_SAMPLE_PERIOD: u64 = 256;
+
 /// The fast-tier ratios when none are given: MAT's points.
 pub const DEFAULT_FAST_RATIOS: [f64; 3] = [0.125, 0.25, 0.5];
 
 /// How a run places and moves memory.
 #[derive(Clone, Debug, PartialEq)]
-enum Setup {
+pub(crate) enum Setup {
     Bound(Tiering),
     FirstTouch,
     /// an emulated kernel mode: tpp, or nomad (tpp with Nomad's transactional migration)
@@ -106,7 +109,7 @@ enum Setup {
 const TRANSACTIONAL: &str = "/transactional";
 
 impl Setup {
-    fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self {
             Setup::Bound(t) => t.name().into(),
             Setup::FirstTouch => "first-touch".into(),
@@ -115,7 +118,82 @@ impl Setup {
             Setup::Engine(p, true) => format!("{p}{TRANSACTIONAL}"),
         }
     }
+
+    /// The machine of a run under this setup, with a fast tier of `fast_bytes` where it has
+    /// one, and the environment that loads the engine for an engine policy.
+    pub(crate) fn prepare(
+        &self,
+        machine: &Machine,
+        fast_bytes: u64,
+        engine: &EngineFiles,
+    ) -> Result<(Machine, Vec<(OsString, OsString)>), Error> {
+        let tiering = match self {
+            Setup::Bound(t) => *t,
+            _ => Tiering::FirstTouch,
+        };
+        let mut m = tiering.apply(machine, fast_bytes)?;
+        if let Setup::Kernel(k) = self {
+            m.set_kernel(*k);
+        }
+        let mut env = Vec::new();
+        if let Setup::Engine(policy, tx) = self {
+            let spec = EngineSpec::new(policy, Some(engine.path(*tx))).map_err(|e| failed(e.to_string()))?;
+            env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v)));
+        }
+        Ok((m, env))
+    }
 }
+
+/// The engine's configuration for every engine policy of a matrix, written twice: as given,
+/// and with the transactional mover (`POLICY/transactional`). The files go when this does.
+pub(crate) struct EngineFiles {
+    pub config: stratad::Config,
+    plain: PathBuf,
+    transactional: PathBuf,
+}
+
+impl EngineFiles {
+    /// Write `config` (checked for every engine policy of `setups`) to the temporary directory.
+    pub(crate) fn write(config: stratad::Config, setups: &[Setup]) -> Result<EngineFiles, Error> {
+        for s in setups {
+            if let Setup::Engine(p, _) = s {
+                config.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
+            }
+        }
+        let dir = std::env::temp_dir();
+        let tag = format!("{:010}-{}", std::process::id(), ENGINE_FILES.fetch_add(1, Ordering::Relaxed));
+        let files = EngineFiles {
+            plain: dir.join(format!("strata-engine-{tag}.toml")),
+            transactional: dir.join(format!("strata-engine-{tag}-tx.toml")),
+            config,
+        };
+        let mut tx = files.config.clone();
+        tx.mover.mechanism = stratad::config::Mechanism::Transactional;
+        for (path, cfg) in [(&files.plain, &files.config), (&files.transactional, &tx)] {
+            let text = toml::to_string(cfg).map_err(|e| failed(e.to_string()))?;
+            std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;
+        }
+        Ok(files)
+    }
+
+    fn path(&self, transactional: bool) -> &Path {
+        if transactional {
+            &self.transactional
+        } else {
+            &self.plain
+        }
+    }
+}
+
+impl Drop for EngineFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.plain);
+        let _ = std::fs::remove_file(&self.transactional);
+    }
+}
+
+/// Numbers the engine files of one process.
+static ENGINE_FILES: AtomicUsize = AtomicUsize::new(0);
 
 /// One workload under one policy and fast tier.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -174,7 +252,8 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
-fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
+/// The setups of `--policies` names, checked.
+pub(crate) fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
     let mut out = Vec::new();
     for p in policies {
         out.push(match p.as_str() {
@@ -221,10 +300,8 @@ struct Matrix<'a> {
     opts: &'a Options,
     exe: PathBuf,
     machine: Machine,
-    /// the engine's configuration file (written for --period-ms), and the same with the
-    /// transactional mover
-    engine_config: PathBuf,
-    engine_config_tx: PathBuf,
+    /// the engine's configuration (with --period-ms)
+    engine: EngineFiles,
     /// libstrata.so, preloaded into every run (--allocator strata)
     preload: Option<PathBuf>,
     progress: Progress,
@@ -232,22 +309,9 @@ struct Matrix<'a> {
 
 impl Matrix<'_> {
     fn run(&self, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<Ran, Error> {
-        let tiering = match setup {
-            Setup::Bound(t) => *t,
-            _ => Tiering::FirstTouch,
-        };
-        let mut m = tiering.apply(&self.machine, fast_bytes)?;
-        if let Setup::Kernel(k) = setup {
-            m.set_kernel(*k);
-        }
-        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        let (m, mut env) = setup.prepare(&self.machine, fast_bytes, &self.engine)?;
         if let Some(lib) = &self.preload {
             env.push(("LD_PRELOAD".into(), lib.into()));
-        }
-        if let Setup::Engine(policy, tx) = setup {
-            let config = if *tx { &self.engine_config_tx } else { &self.engine_config };
-            let spec = EngineSpec::new(policy, Some(config)).map_err(|e| failed(e.to_string()))?;
-            env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v)));
         }
         if real::package(workload).is_some() {
             let r = real::run(workload, &m, &env, self.opts.size_mb, self.opts.ops)?;
@@ -317,33 +381,33 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
     }
 }
 
-/// The engine's configuration: --policy-config's, with --period-ms as the scanner's period.
-fn engine_config(a: &Options, dir: &Path, transactional: bool) -> Result<(stratad::Config, PathBuf), Error> {
-    let mut cfg = match &a.policy_config {
+/// The engine's configuration for emulated runs: `policy_config`'s (or the defaults), with
+/// `period_ms` as the scanner's period, one LLC miss in `sample_period` sampled, and MAT's
+/// records of `split_mb` (else the file's, else the footprint / 512).
+pub(crate) fn engine_config(
+    policy_config: Option<&Path>,
+    period_ms: f64,
+    sample_period: u64,
+    split_mb: Option<f64>,
+    footprint_mb: f64,
+) -> Result<stratad::Config, Error> {
+    let mut cfg = match policy_config {
         Some(p) => stratad::Config::load(p, "first-touch").map_err(|e| Error::Invalid(e.to_string()))?,
         None => stratad::Config::default(),
     };
-    cfg.scanner.period_ms = a.period_ms;
-    cfg.sampler.period_misses = a.sample_period;
-    // MAT's records: --split-mb, else the file's, else scaled to the footprint
-    let scaled = (a.size_mb as f64 / 512.0).max(4096.0 / 1048576.0);
+    cfg.scanner.period_ms = period_ms;
+    cfg.sampler.period_misses = sample_period;
+    let scaled = (footprint_mb / 512.0).max(4096.0 / 1048576.0);
     for policy in ["mat", "proactive"] {
         let t = cfg.policy.entry(policy).or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let Some(t) = t.as_table_mut() {
-            match a.split_mb {
+            match split_mb {
                 Some(mb) => drop(t.insert("split_mb".into(), toml::Value::Float(mb))),
                 None => drop(t.entry("split_mb").or_insert(toml::Value::Float(scaled))),
             }
         }
     }
-    if transactional {
-        cfg.mover.mechanism = stratad::config::Mechanism::Transactional;
-    }
-    let path =
-        dir.join(format!("strata-engine-{:010}{}.toml", std::process::id(), if transactional { "-tx" } else { "" }));
-    let text = toml::to_string(&cfg).map_err(|e| failed(e.to_string()))?;
-    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
-    Ok((cfg, path))
+    Ok(cfg)
 }
 
 /// Run the matrix.
@@ -379,26 +443,13 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         ),
         _ => None,
     };
-    let (cfg, cfg_path) = engine_config(a, &std::env::temp_dir(), false)?;
-    let (_, cfg_tx_path) = engine_config(a, &std::env::temp_dir(), true)?;
-    for s in &setups {
-        if let Setup::Engine(p, _) = s {
-            cfg.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
-        }
-    }
+    let cfg = engine_config(a.policy_config.as_deref(), a.period_ms, a.sample_period, a.split_mb, a.size_mb as f64)?;
+    let engine = EngineFiles::write(cfg, &setups)?;
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure(jobs > 0, || "--jobs must be positive".into())?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().map_err(|e| failed(e.to_string()))?;
-    let mx = Matrix {
-        pool,
-        opts: a,
-        exe: toolchain::emu_strata()?,
-        machine: machine.clone(),
-        engine_config: cfg_path.clone(),
-        engine_config_tx: cfg_tx_path.clone(),
-        preload,
-        progress,
-    };
+    let mx =
+        Matrix { pool, opts: a, exe: toolchain::emu_strata()?, machine: machine.clone(), engine, preload, progress };
     let result = (|| -> Result<Vec<Row>, Error> {
         let mut rows = Vec::new();
         for w in &workloads {
@@ -406,15 +457,13 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         }
         Ok(rows)
     })();
-    let _ = std::fs::remove_file(&cfg_path);
-    let _ = std::fs::remove_file(&cfg_tx_path);
     Ok(Report {
         preset: a.preset.clone(),
         machine,
         size_mb: a.size_mb,
         period_ms: a.period_ms,
         allocator: a.allocator.clone(),
-        engine_config: cfg,
+        engine_config: mx.engine.config.clone(),
         rows: result?,
     })
 }
