@@ -16,6 +16,12 @@
 //!
 //! The stall per migrated page is the extra time the program's accesses took while pages moved
 //! (their total time less as many accesses at the baseline's mean), divided by the pages moved.
+//! With `--cpus isolated` (the default) the program's access threads run on CPUs of their own
+//! (thread t on CPU t) and everything else (this process, which moves with move_pages(2), and
+//! the program's other threads, its agent among them) on the remaining CPUs, as the kernel's
+//! migration work runs beside a program on a machine with cores to spare: the stall is then
+//! what the accesses wait for moves, not CPU time the mover takes from them. `--cpus shared`
+//! lets the scheduler place every thread.
 //! Each run has its own baseline, measured just before, in the same process. The `writer`
 //! program writes at every access, the `reader` at one in 64. Needs two NUMA nodes: `--vm`
 //! runs it in the two-tier guest on Debian's 6.12 kernel (UFFDIO_MOVE needs Linux 6.8), where
@@ -73,6 +79,10 @@ pub struct Options {
     /// --vm: the guest's kernel (a Debian version fetched once, or a vmlinuz file)
     #[arg(long, default_value = "6.12")]
     pub kernel: String,
+    /// isolated: the program's access threads on CPUs of their own, the mover (and the
+    /// agent) on the others (needs more CPUs than --threads); shared: anywhere
+    #[arg(long, default_value = "isolated", value_parser = ["isolated", "shared"])]
+    pub cpus: String,
 }
 
 /// Accesses of one phase, as the program timed them.
@@ -105,6 +115,9 @@ pub struct WorkloadResult {
     /// reads that found a word other than its thread last wrote, and words wrong at the end
     pub lost_writes: u64,
     pub words_checked: u64,
+    /// the CPUs each access thread was allowed, as it ended
+    #[serde(default)]
+    pub access_cpus: Vec<Vec<usize>>,
 }
 
 /// One program under one mechanism.
@@ -130,6 +143,11 @@ pub struct Row {
     pub throughput_ratio: f64,
     pub lost_writes: u64,
     pub words_checked: u64,
+    /// the CPUs the program's access threads, and its agent thread, were allowed
+    #[serde(default)]
+    pub access_cpus: Vec<Vec<usize>>,
+    #[serde(default)]
+    pub agent_cpus: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -137,20 +155,33 @@ pub struct Report {
     /// where it ran: "native" or the guest's kernel (emulated: TCG)
     pub machine: String,
     pub threads: usize,
+    /// isolated (access threads on CPUs of their own) or shared (--cpus)
+    #[serde(default = "shared")]
+    pub cpus: String,
     pub rows: Vec<Row>,
     /// per program: transactional's stall per page over move_pages' (the target: at most 0.1)
     pub stall_ratio: Vec<(String, f64)>,
 }
 
 impl Report {
+    /// The benchmark's name in results files: migrate, or migrate-cpus-shared (--cpus shared).
+    pub fn benchmark(&self) -> String {
+        if self.cpus == "shared" {
+            "migrate-cpus-shared".into()
+        } else {
+            "migrate".into()
+        }
+    }
+
     pub fn table(&self) -> String {
         let buffer = self.rows.first().map_or(0, |r| r.buffer_bytes);
         let mut s = format!(
             "Every page of a program's {} buffer moved between the tiers, back and forth, while it runs \
-             ({}, {} thread(s))\n\n",
+             ({}, {} thread(s), CPUs {})\n\n",
             bytes(buffer),
             self.machine,
-            self.threads
+            self.threads,
+            self.cpus
         );
         s += &format!(
             "{:<7} {:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>12} {:>11} {:>17} {:>6}\n",
@@ -206,7 +237,7 @@ impl Report {
 /// reading and checking a word of random pages, writing it at one access in `write_every`.
 /// Prints `ready ADDR PAGES` (the first whole page and how many), then reads commands from
 /// stdin: `phase N` starts timing into phase N, `stop` ends it and prints the result as JSON.
-pub fn workload(bytes: u64, threads: usize, write_every: u64) -> Result<(), Error> {
+pub fn workload(bytes: u64, threads: usize, write_every: u64, pin: bool) -> Result<(), Error> {
     ensure((1..=WORDS).contains(&threads), || format!("--threads: 1 to {WORDS}"))?;
     ensure(write_every >= 1, || "--write-every: at least 1".into())?;
     let words = bytes as usize / 8 + WORDS;
@@ -221,7 +252,17 @@ pub fn workload(bytes: u64, threads: usize, write_every: u64) -> Result<(), Erro
     let mut handles = Vec::new();
     for t in 0..threads {
         let (buf, phase, stop) = (Arc::clone(&buf), Arc::clone(&phase), Arc::clone(&stop));
-        handles.push(std::thread::spawn(move || access_loop(&buf, skip, pages, t, write_every, &phase, &stop)));
+        let h = std::thread::Builder::new()
+            .name(format!("access-{t}"))
+            .spawn(move || {
+                if pin {
+                    set_cpus(&[t]).map_err(|e| failed(format!("pinning access thread {t} to CPU {t}: {e}")))?;
+                }
+                let a = access_loop(&buf, skip, pages, t, write_every, &phase, &stop);
+                Ok::<_, Error>((a, cpus_now().unwrap_or_default()))
+            })
+            .map_err(|e| failed(format!("starting an access thread: {e}")))?;
+        handles.push(h);
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "ready {first} {pages}");
@@ -244,8 +285,10 @@ pub fn workload(bytes: u64, threads: usize, write_every: u64) -> Result<(), Erro
     let mut hists: Vec<Histogram<u64>> = Vec::new();
     let mut sums: Vec<u64> = Vec::new();
     let (mut lost, mut last) = (0u64, vec![vec![0u64; pages]; threads]);
+    let mut access_cpus = Vec::new();
     for (t, h) in handles.into_iter().enumerate() {
-        let r = h.join().map_err(|_| failed("a thread of the program panicked"))?;
+        let (r, cpus) = h.join().map_err(|_| failed("a thread of the program panicked"))??;
+        access_cpus.push(cpus);
         for (i, (hist, sum)) in r.hists.into_iter().zip(r.sums).enumerate() {
             if hists.len() <= i {
                 hists.push(new_histogram());
@@ -280,9 +323,36 @@ pub fn workload(bytes: u64, threads: usize, write_every: u64) -> Result<(), Erro
             max_ns: h.max(),
         })
         .collect();
-    let r = WorkloadResult { phases, lost_writes: lost, words_checked: checked };
+    let r = WorkloadResult { phases, lost_writes: lost, words_checked: checked, access_cpus };
     let _ = writeln!(out, "{}", serde_json::to_string(&r).map_err(|e| failed(e.to_string()))?);
     Ok(())
+}
+
+/// Run the calling thread on these CPUs only (threads it starts inherit them).
+fn set_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a cpu_set_t is plain data, filled by the libc helpers, and read by the kernel
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The calling thread's CPUs.
+fn cpus_now() -> std::io::Result<Vec<usize>> {
+    // SAFETY: as in set_cpus
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -441,6 +511,7 @@ fn run_one(
         Command::new(me()?)
             .args(["bench", "migrate-workload", "--bytes", &size.to_string(), "--threads", &a.threads.to_string()])
             .args(["--write-every", &write_every.to_string()])
+            .args(if a.cpus == "isolated" { &["--pin"][..] } else { &[] })
             .env("LD_PRELOAD", lib)
             .env("STRATA_DAEMON_SOCKET", &socket)
             .stdin(Stdio::piped())
@@ -478,6 +549,7 @@ fn run_one(
         (moved, not, passes) = (moved + m, not + n, passes + 1);
     }
     let secs = start.elapsed().as_secs_f64();
+    let agent_cpus = agent_cpus(pid);
     command(&mut stdin, "stop")?;
     let result = read_result(&mut stdout)?;
     let agent = match (&mover, before) {
@@ -504,12 +576,26 @@ fn run_one(
         migrating,
         lost_writes: result.lost_writes,
         words_checked: result.words_checked,
+        access_cpus: result.access_cpus,
+        agent_cpus,
     };
     p.say(&format!(
         "{program}, {mechanism}: {} pages moved in {passes} passes, {:.2} µs stall a page, {} lost writes",
         row.pages_moved, row.stall_us_per_page, row.lost_writes
     ));
     Ok(row)
+}
+
+/// The CPUs the program's agent thread may run on (its Cpus_allowed_list), if it has one.
+fn agent_cpus(pid: u32) -> Option<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != "strata-agent" {
+            return None;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
+    })
 }
 
 /// The program's hello, answered as a daemon that wants its agent does.
@@ -596,6 +682,7 @@ fn in_guest(a: &Options, lib: &Path, p: &Progress) -> Result<Report, Error> {
             ("--secs", a.secs.to_string()),
             ("--migrations", a.migrations.to_string()),
             ("--attempts", a.attempts.to_string()),
+            ("--cpus", a.cpus.clone()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v]),
@@ -636,13 +723,41 @@ pub fn run(a: &Options, p: Progress) -> Result<Report, Error> {
         return in_guest(a, &lib, &p);
     }
     let nodes = fast_and_slow()?;
-    let mut rows = Vec::new();
-    for program in &a.programs {
-        for mechanism in &a.mechanisms {
-            rows.push(run_one(a, program, mechanism, &lib, nodes, &p)?);
-        }
+    // isolated: this thread (and so the program it starts, but for its access threads, which
+    // pin themselves) on the CPUs the access threads leave
+    let all = cpus_now().map_err(|e| failed(format!("sched_getaffinity: {e}")))?;
+    if a.cpus == "isolated" {
+        ensure(all.len() > a.threads && all.iter().take(a.threads).copied().eq(0..a.threads), || {
+            format!(
+                "--cpus isolated puts access thread t on CPU t and the mover on the others: it needs CPUs 0 to {} \
+                 and one more, and this process may use {all:?}; try --cpus shared",
+                a.threads - 1
+            )
+        })?;
+        set_cpus(&all[a.threads..]).map_err(|e| failed(format!("sched_setaffinity: {e}")))?;
     }
-    Ok(Report { machine: "native".into(), threads: a.threads, stall_ratio: stall_ratios(&rows), rows })
+    let rows = (|| {
+        let mut rows = Vec::new();
+        for program in &a.programs {
+            for mechanism in &a.mechanisms {
+                rows.push(run_one(a, program, mechanism, &lib, nodes, &p)?);
+            }
+        }
+        Ok::<_, Error>(rows)
+    })();
+    let _ = set_cpus(&all);
+    let rows = rows?;
+    Ok(Report {
+        machine: "native".into(),
+        threads: a.threads,
+        cpus: a.cpus.clone(),
+        stall_ratio: stall_ratios(&rows),
+        rows,
+    })
+}
+
+fn shared() -> String {
+    "shared".into()
 }
 
 #[cfg(test)]

@@ -99,6 +99,9 @@ pub enum Command {
         threads: usize,
         #[arg(long, default_value_t = 1)]
         write_every: u64,
+        /// access thread t runs on CPU t only
+        #[arg(long)]
+        pin: bool,
     },
     /// The headline figures of every saved run (bench/results), as markdown
     Summary {
@@ -161,10 +164,12 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         }
         Command::Migrate { opts, out, save } => {
             let r = migrate::run(&opts, out.progress("migrate"))?;
-            saved(&save, |d| results::save(d, "migrate", &r), &out)?;
+            saved(&save, |d| results::save(d, &r.benchmark(), &r), &out)?;
             out.print(&r, migrate::Report::table)
         }
-        Command::MigrateWorkload { bytes, threads, write_every } => Ok(migrate::workload(bytes, threads, write_every)?),
+        Command::MigrateWorkload { bytes, threads, write_every, pin } => {
+            Ok(migrate::workload(bytes, threads, write_every, pin)?)
+        }
         Command::Summary { dir, write } => {
             let text = summary::summarize(&dir)?;
             if write {

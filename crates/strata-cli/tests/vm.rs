@@ -644,9 +644,13 @@ fn guest612_bench_migrate_moves_by_both_mechanisms_and_loses_no_write() {
         assert!(row["words_checked"].as_u64() > Some(0) && row["pages_moved"].as_u64() > Some(0), "{row}");
         if row["mechanism"] == "transactional" {
             assert!(row["agent"]["commits"].as_u64() > Some(0), "{row}");
+            // --cpus isolated (the default): the agent beside the access thread, not with it
+            assert_eq!(row["agent_cpus"], "1", "{row}");
         }
+        assert_eq!(row["access_cpus"], serde_json::json!([[0]]), "{row}");
     }
     assert!(r["machine"].as_str().unwrap().contains("6.12"), "{r}");
+    assert_eq!(r["cpus"], "isolated");
 }
 
 /// Shadows under pressure: a hot set that is only read is promoted through the agent and keeps
