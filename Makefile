@@ -18,7 +18,7 @@ BUILD   := build
 LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/agent/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
 SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h libstrata/util/uapi.h
-C_TESTS := test_api test_stress test_invariants test_migrate
+C_TESTS := test_api test_stress test_invariants test_migrate test_sample
 
 .PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
@@ -149,7 +149,7 @@ $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fomit-frame-pointer -rdynamic $< -o $@ -ldl
 
-# (test_invariants and test_migrate fork while the fork handler holds every central lock: more than the 64
+# (test_invariants, test_migrate and test_sample fork while the fork handler holds every central lock: more than the 64
 # TSan's deadlock detector can track, hence detect_deadlocks=0 for them)
 c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	@set -e; for f in plain asan tsan; do \
@@ -159,6 +159,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	  TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_invariants; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_migrate 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_migrate 40; fi; \
+	  if [ $$f = plain ]; then $(BUILD)/$$f/test_sample 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_sample 40; fi; \
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_stress 3 60000; \
 	done
 	@echo "== transparent mode (LD_PRELOAD=$(BUILD)/libstrata.so)"

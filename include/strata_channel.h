@@ -109,13 +109,17 @@ typedef struct strata_object_s {
  * machine's byte order: a request is the struct followed by `count` page addresses (uint64_t),
  * a reply the struct followed by `count` statuses (int32_t, as move_pages(2) gives them: the
  * node the page is on, or minus an errno: -EAGAIN aborted every attempt (written while being
- * copied), -EBUSY pinned or shared, -ENOENT not there, -ENOMEM no room on the node). */
+ * copied), -EBUSY pinned or shared, -ENOENT not there, -ENOMEM no room on the node).
+ * A SAMPLE request's addresses are the pages to sample until the next one; its reply is
+ * followed by `count` uint64_t: the pages touched since the last SAMPLE, each page address
+ * with bit 0 set when the touch was a write (libstrata/agent/sample.c). */
 #define STRATA_AGENT_MAGIC 0x54474153u /* "SAGT" */
 #define STRATA_AGENT_MAX_PAGES 512
 
 enum {
   STRATA_AGENT_MOVE = 1,         /* move the pages to `node`, transactionally */
   STRATA_AGENT_DROP_SHADOWS = 2, /* drop shadow copies, `count` of them (0: all); no addresses */
+  STRATA_AGENT_SAMPLE = 3,       /* end the samples out, report the touched ones, sample these */
 };
 
 typedef struct strata_agent_request_s {
@@ -139,11 +143,13 @@ typedef struct strata_agent_counters_s {
   uint64_t shadows_dropped;  /* shadows dropped on request (reclaimed) */
   uint64_t shadows;          /* shadow copies held now */
   uint64_t fallbacks;        /* pages moved by move_pages(2) instead (not Strata's memory) */
+  uint64_t samples;          /* pages sampled (SAMPLE) */
+  uint64_t samples_touched;  /* samples the program touched before the next SAMPLE */
 } strata_agent_counters_t;
 
 typedef struct strata_agent_reply_s {
   uint32_t magic; /* STRATA_AGENT_MAGIC */
-  uint32_t count; /* statuses that follow (MOVE), or shadows dropped */
+  uint32_t count; /* statuses that follow (MOVE), shadows dropped, or touched pages (SAMPLE) */
   strata_agent_counters_t counters;
 } strata_agent_reply_t;
 

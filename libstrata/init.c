@@ -27,6 +27,7 @@ static void fork_prepare(void) {
   pthread_mutex_lock(&_strata_meta_lock);
   pthread_mutex_lock(&_strata_channel_lock);
   pthread_mutex_lock(&_strata_agent_lock); /* no page missing for a commit while copied */
+  _strata_sample_return_all();              /* nor for a sample: the child could not get it */
 }
 
 static void fork_parent(void) {

@@ -168,7 +168,8 @@ void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
   X(bind_failed, "count", "bind requests the machine refused")                           \
   X(purged_bytes, "bytes", "bytes returned to the OS from live segments")                \
   X(track_ranges, "count", "ranges registered for a daemon's write tracker")             \
-  X(track_failed, "count", "ranges the write tracker's registration refused")
+  X(track_failed, "count", "ranges the write tracker's registration refused")             \
+  X(sample_errors, "count", "hint-fault samples whose page could not be moved back")
 
 typedef struct stats_s {
 #define X(name, unit, doc) _Atomic int64_t name;
@@ -392,6 +393,7 @@ int _strata_uffd(bool *can_move);                /* the userfaultfd (-1: none), 
 extern pthread_mutex_t _strata_agent_lock;       /* held while a page is missing for a commit */
 void _strata_agent_start(int conn);              /* the daemon's connection (-1: none wanted) */
 void _strata_agent_forget(void);                 /* fork child */
+void _strata_agent_answer_faults(int uffd);       /* the missing-page faults waiting now */
 int _strata_migrate_init(int uffd);
 void _strata_migrate_forget(void);
 /* Move pages to node: status as move_pages(2) gives it (-EAGAIN: written during every
@@ -401,6 +403,25 @@ size_t _strata_shadows_drop(size_t max);         /* 0: all */
 size_t _strata_shadows_sweep(void);              /* drop the shadows of pages written since */
 const strata_agent_counters_t *_strata_migrate_counters(void);
 uint64_t _strata_migrate_misreported(void); /* ioctls that answered an error but had done the move */
+/* the agent's userfaultfd, for sample.c too */
+bool _strata_uffd_register(void *p, size_t len, uint64_t mode);
+int _strata_uffd_move(void *dst, void *src);      /* one page; 0 or -errno */
+void *_strata_agent_reserve(size_t bytes, bool wp); /* an area of the agent's (wp: a UFFDIO_MOVE destination) */
+uint64_t _strata_page_categories(void *p);        /* PAGEMAP_SCAN's PAGE_IS_* of p (UINT64_MAX: error) */
+
+/* ---- agent/sample.c: the hint-fault sampler (reads as well as writes) --------------------- */
+int _strata_sample_init(void);
+void _strata_sample_forget(void);                 /* fork child */
+/* Return the outstanding samples, put the pages accessed since the last call (page | 1 if
+ * written) in accessed[] (at most STRATA_AGENT_MAX_PAGES), then take samples of pages[];
+ * how many were accessed. */
+size_t _strata_sample(void *const *pages, size_t n, uint64_t *accessed, size_t *taken);
+bool _strata_sample_fault(uint64_t page, bool write); /* a missing-page fault at a sample */
+void _strata_sample_return_all(void);
+/* Around a munmap, purge or mremap of Strata's memory: its samples go back first, and none is
+ * taken until the release. Whether the hold took the lock (the sampler runs). */
+bool _strata_sample_hold(void *p, size_t len);
+void _strata_sample_release(bool held);
 
 /* ---- machine/topo.c -------------------------------------------------------------------- */
 

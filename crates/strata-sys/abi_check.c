@@ -33,6 +33,7 @@ __attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, siz
       sizeof(STRATA_DAEMON_SOCKET_DEFAULT) - 1,
       sizeof(strata_agent_request_t), F(strata_agent_request_t, attempts),
       sizeof(strata_agent_counters_t), F(strata_agent_counters_t, fallbacks),
+      F(strata_agent_counters_t, samples_touched), STRATA_AGENT_SAMPLE,
       sizeof(strata_agent_reply_t), F(strata_agent_reply_t, counters),
       STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_TRACKING_MOVE,
   };

@@ -4,8 +4,8 @@
  * It exists only when a daemon asked for it: a process whose userfaultfd can move pages offers
  * an agent in its hello (channel.c), and a daemon whose mover is transactional answers
  * {"agent":true} on that connection and keeps it. The thread then waits on two things: the
- * connection, for requests (include/strata_channel.h: a move of up to 512 pages to a node, or
- * shadows to drop), each answered with a reply; and the userfaultfd, for the missing-page
+ * connection, for requests (include/strata_channel.h: a move of up to 512 pages to a node,
+ * shadows to drop, or pages to sample: sample.c), each answered with a reply; and the userfaultfd, for the missing-page
  * faults of pages being committed (answered after the request: by then the page is back, and
  * a zero page is placed only where one is really missing, after a free that returned the page
  * to the kernel). If the daemon goes away the agent drops its shadows (their memory is the
@@ -43,16 +43,17 @@ static bool full_io(int fd, void *buf, size_t n, bool out) {
   return true;
 }
 
-/* Missing-page faults: each waits at a page being committed (back by now: a wake is enough)
- * or at a page freed to the kernel while its range took such faults (a zero page, as the
- * kernel would have given it). */
-static void answer_faults(int uffd) {
+/* Missing-page faults: each waits at a sampled page (sample.c: moved back), at a page being
+ * committed (back by now: a wake is enough) or at a page freed to the kernel while its range
+ * took such faults (a zero page, as the kernel would have given it). */
+void _strata_agent_answer_faults(int uffd) {
   struct uffd_msg m[16];
   ssize_t r;
   while ((r = read(uffd, m, sizeof m)) > 0) {
     for (size_t i = 0; i < (size_t)r / sizeof m[0]; i++) {
       if (m[i].event != UFFD_EVENT_PAGEFAULT) continue;
       uint64_t page = m[i].arg.pagefault.address & ~(uint64_t)(PAGE_SIZE - 1);
+      if (_strata_sample_fault(page, m[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE)) continue;
       struct uffdio_zeropage z = {.range = {page, PAGE_SIZE}, .mode = 0};
       if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) != 0) {
         struct uffdio_range w = {page, PAGE_SIZE};
@@ -68,20 +69,32 @@ static bool serve(int fd) {
   if (!full_io(fd, &req, sizeof req, false) || req.magic != STRATA_AGENT_MAGIC) return false;
   static void *pages[STRATA_AGENT_MAX_PAGES];
   static int32_t status[STRATA_AGENT_MAX_PAGES];
+  static uint64_t touched[STRATA_AGENT_MAX_PAGES];
+  static uint64_t sampled, samples_touched;
   strata_agent_reply_t rep = {.magic = STRATA_AGENT_MAGIC};
-  if (req.op == STRATA_AGENT_MOVE) {
+  if (req.op == STRATA_AGENT_MOVE || req.op == STRATA_AGENT_SAMPLE) {
     if (req.count > STRATA_AGENT_MAX_PAGES) return false;
     uint64_t addrs[STRATA_AGENT_MAX_PAGES];
     if (!full_io(fd, addrs, req.count * sizeof addrs[0], false)) return false;
     for (uint32_t i = 0; i < req.count; i++) pages[i] = (void *)(uintptr_t)(addrs[i] & ~(uint64_t)(PAGE_SIZE - 1));
+  }
+  if (req.op == STRATA_AGENT_MOVE) {
     rep.count = (uint32_t)_strata_migrate(pages, req.count, req.node, req.attempts, req.flags, status);
   } else if (req.op == STRATA_AGENT_DROP_SHADOWS) {
     rep.count = (uint32_t)_strata_shadows_drop(req.count);
+  } else if (req.op == STRATA_AGENT_SAMPLE) {
+    size_t taken;
+    rep.count = (uint32_t)_strata_sample(pages, req.count, touched, &taken);
+    sampled += taken;
+    samples_touched += rep.count;
   } else {
     return false;
   }
   rep.counters = *_strata_migrate_counters();
+  rep.counters.samples = sampled;
+  rep.counters.samples_touched = samples_touched;
   if (!full_io(fd, &rep, sizeof rep, true)) return false;
+  if (req.op == STRATA_AGENT_SAMPLE) return full_io(fd, touched, rep.count * sizeof touched[0], true);
   return req.op != STRATA_AGENT_MOVE || full_io(fd, status, rep.count * sizeof status[0], true);
 }
 
@@ -100,8 +113,9 @@ static void *agent_main(void *arg) {
   for (;;) {
     if (conn < 0) { /* the daemon went away: ask again every few seconds */
       _strata_shadows_drop(0);
+      _strata_sample_return_all();
       struct pollfd u = {uffd, POLLIN, 0};
-      if (poll(&u, 1, 3000) > 0) answer_faults(uffd);
+      if (poll(&u, 1, 3000) > 0) _strata_agent_answer_faults(uffd);
       conn = _strata_daemon_hello(true);
       continue;
     }
@@ -113,10 +127,10 @@ static void *agent_main(void *arg) {
       swept = now;
     }
     if (ready <= 0) continue;
-    if (fds[0].revents & POLLIN) answer_faults(uffd);
+    if (fds[0].revents & POLLIN) _strata_agent_answer_faults(uffd);
     if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
       bool ok = (fds[1].revents & POLLIN) && serve(conn);
-      answer_faults(uffd); /* the request's commits are done: let their waiters go */
+      _strata_agent_answer_faults(uffd); /* the request's commits are done: let their waiters go */
       if (!ok) {
         close(conn);
         conn = -1;
@@ -134,7 +148,7 @@ void _strata_agent_start(int fd) {
     if (fd >= 0) close(fd);
     return;
   }
-  if (_strata_migrate_init(uffd) != 0) {
+  if (_strata_migrate_init(uffd) != 0 || _strata_sample_init() != 0) {
     _strata_message("strata: the agent cannot reserve its staging and shadow areas\n");
     close(fd);
     return;
@@ -161,4 +175,5 @@ void _strata_agent_forget(void) { /* fork child: the thread is the parent's */
   if (conn >= 0) close(conn);
   conn = -1;
   _strata_migrate_forget();
+  _strata_sample_forget();
 }

@@ -76,12 +76,13 @@ static size_t nfree;
 static strata_agent_counters_t counters;
 static uint64_t misreported; /* ioctls that did what they answered they had not (outcome) */
 
-static bool registered(void *p, size_t len, uint64_t mode) {
+bool _strata_uffd_register(void *p, size_t len, uint64_t mode) {
   struct uffdio_register r = {.range = {(uintptr_t)p, len}, .mode = mode};
   return ioctl(uffd, UFFDIO_REGISTER, &r) == 0;
 }
+#define registered _strata_uffd_register
 
-static void *reserve(size_t bytes, bool wp) {
+void *_strata_agent_reserve(size_t bytes, bool wp) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return NULL;
   /* slots are destinations of UFFDIO_MOVE, which must be this userfaultfd's (write-protect
@@ -96,13 +97,13 @@ static void *reserve(size_t bytes, bool wp) {
 int _strata_migrate_init(int fd) {
   uffd = fd;
   pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  spare = reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
-  staging = reserve(PAGE_SIZE, true);
+  spare = _strata_agent_reserve(STRATA_AGENT_MAX_PAGES * PAGE_SIZE, true);
+  staging = _strata_agent_reserve(PAGE_SIZE, true);
   if (staging) madvise(staging, PAGE_SIZE, MADV_NOHUGEPAGE); /* a 4 KiB page, never a huge one */
-  shadows = reserve(SHADOW_SLOTS * PAGE_SIZE, true);
-  table = reserve(SHADOW_TABLE * sizeof *table, false);
-  free_slots = reserve(SHADOW_SLOTS * sizeof *free_slots, false);
-  sweep_pages = reserve(SHADOW_SLOTS * sizeof *sweep_pages, false);
+  shadows = _strata_agent_reserve(SHADOW_SLOTS * PAGE_SIZE, true);
+  table = _strata_agent_reserve(SHADOW_TABLE * sizeof *table, false);
+  free_slots = _strata_agent_reserve(SHADOW_SLOTS * sizeof *free_slots, false);
+  sweep_pages = _strata_agent_reserve(SHADOW_SLOTS * sizeof *sweep_pages, false);
   if (pagemap < 0 || !spare || !staging || !shadows || !table || !free_slots || !sweep_pages) return -ENOMEM;
   for (size_t i = 0; i < SHADOW_SLOTS; i++) free_slots[i] = (uint32_t)(SHADOW_SLOTS - 1 - i);
   nfree = SHADOW_SLOTS;
@@ -250,17 +251,23 @@ static int outcome(int err, void *dst, const void *src) {
   return 0;
 }
 
-static int move_page(void *dst, void *src) {
+int _strata_uffd_move(void *dst, void *src) {
   struct uffdio_move m = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = PAGE_SIZE, .mode = 0};
   return ioctl(uffd, UFFDIO_MOVE, &m) == 0 ? 0 : outcome(-errno, dst, src);
 }
+#define move_page _strata_uffd_move
 
-static bool written(void *p) {
+uint64_t _strata_page_categories(void *p) {
   struct page_region r;
   struct pm_scan_arg a = {.size = sizeof a, .start = (uintptr_t)p, .end = (uintptr_t)p + PAGE_SIZE,
-                          .vec = (uintptr_t)&r, .vec_len = 1, .category_mask = PAGE_IS_WRITTEN,
-                          .return_mask = PAGE_IS_WRITTEN};
-  return ioctl(pagemap, PAGEMAP_SCAN, &a) != 0; /* an error: not trusted as clean */
+                          .vec = (uintptr_t)&r, .vec_len = 1,
+                          .return_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_HUGE};
+  long got = ioctl(pagemap, PAGEMAP_SCAN, &a);
+  return got < 0 ? UINT64_MAX : got == 0 ? 0 : r.categories;
+}
+
+static bool written(void *p) { /* an error: not trusted as clean */
+  return _strata_page_categories(p) & PAGE_IS_WRITTEN;
 }
 
 /* A run of pages takes missing-page faults (open), or goes back to write-protect tracking
@@ -393,6 +400,7 @@ static void protect_moved(char *const *pages, size_t n, const bool *moved) {
 static void migrate_run(char *const *pages, size_t n, int node, const int *from, unsigned attempts,
                         int32_t *status, char *out) {
   bool moved[STRATA_AGENT_MAX_PAGES] = {false};
+  _strata_sample_release(_strata_sample_hold(pages[0], n * PAGE_SIZE)); /* its samples back first */
   window(pages[0], n * PAGE_SIZE, true);
   bool stage = has_policy(pages[0]); /* a run is one chunk's: one policy */
   for (size_t k = 0; k < n; k++) {

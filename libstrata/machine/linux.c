@@ -35,15 +35,26 @@ void *_strata_prim_map(size_t size, size_t align) {
   return a;
 }
 
-void _strata_prim_unmap(void *p, size_t size) { munmap(p, size); }
+/* (each of these first ends the hint-fault samples in the range: agent/sample.c) */
+void _strata_prim_unmap(void *p, size_t size) {
+  bool held = _strata_sample_hold(p, size);
+  munmap(p, size);
+  _strata_sample_release(held);
+}
 
-void _strata_prim_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
+void _strata_prim_purge(void *p, size_t size) {
+  bool held = _strata_sample_hold(p, size);
+  madvise(p, size, MADV_DONTNEED);
+  _strata_sample_release(held);
+}
 
 /* Resize a mapping without copying its pages: in place when `to` is NULL (the address space
  * after it must be free), else moved to `to`, which the caller has reserved (the reservation
  * is replaced). The pages keep their nodes and the mapping its policy. NULL on failure. */
 void *_strata_prim_remap(void *p, size_t old_size, size_t new_size, void *to) {
+  bool held = _strata_sample_hold(p, old_size);
   void *q = to ? mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, to) : mremap(p, old_size, new_size, 0);
+  _strata_sample_release(held);
   return q == MAP_FAILED ? NULL : q;
 }
 

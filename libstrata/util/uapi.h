@@ -35,6 +35,8 @@ struct uffdio_move {
 
 #ifndef PAGEMAP_SCAN
 #define PAGE_IS_WRITTEN (1 << 1)
+#define PAGE_IS_PRESENT (1 << 3)
+#define PAGE_IS_HUGE (1 << 6)
 #define PM_SCAN_WP_MATCHING (1 << 0)
 #define PM_SCAN_CHECK_WPASYNC (1 << 1)
 struct page_region {

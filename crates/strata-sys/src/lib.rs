@@ -95,6 +95,7 @@ pub const STRATA_AGENT_MAGIC: u32 = 0x5447_4153;
 pub const STRATA_AGENT_MAX_PAGES: usize = 512;
 pub const STRATA_AGENT_MOVE: u32 = 1;
 pub const STRATA_AGENT_DROP_SHADOWS: u32 = 2;
+pub const STRATA_AGENT_SAMPLE: u32 = 3;
 pub const STRATA_AGENT_FORCE: u32 = 1;
 pub const STRATA_CONTEXT_FRAMES: usize = 16;
 pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
@@ -171,6 +172,8 @@ pub struct strata_agent_counters_t {
     pub shadows_dropped: u64,
     pub shadows: u64,
     pub fallbacks: u64,
+    pub samples: u64,
+    pub samples_touched: u64,
 }
 
 #[repr(C)]
@@ -273,6 +276,8 @@ mod tests {
             offset_of!(strata_agent_request_t, attempts),
             size_of::<strata_agent_counters_t>(),
             offset_of!(strata_agent_counters_t, fallbacks),
+            offset_of!(strata_agent_counters_t, samples_touched),
+            STRATA_AGENT_SAMPLE as usize,
             size_of::<strata_agent_reply_t>(),
             offset_of!(strata_agent_reply_t, counters),
             STRATA_AGENT_MAGIC as usize,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use strata_sys::{
     strata_agent_counters_t, strata_agent_reply_t, strata_agent_request_t, STRATA_AGENT_DROP_SHADOWS,
-    STRATA_AGENT_FORCE, STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_AGENT_MOVE,
+    STRATA_AGENT_FORCE, STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_AGENT_MOVE, STRATA_AGENT_SAMPLE,
 };
 
 /// What an agent has done since it started.
@@ -30,6 +30,11 @@ pub struct AgentCounters {
     pub shadows: u64,
     /// pages moved by move_pages(2) instead (memory that is not Strata's)
     pub fallbacks: u64,
+    /// pages sampled for the hint-fault tracker, and those the program touched meanwhile
+    #[serde(default)]
+    pub samples: u64,
+    #[serde(default)]
+    pub samples_touched: u64,
 }
 
 impl From<strata_agent_counters_t> for AgentCounters {
@@ -42,6 +47,8 @@ impl From<strata_agent_counters_t> for AgentCounters {
             shadows_dropped: c.shadows_dropped,
             shadows: c.shadows,
             fallbacks: c.fallbacks,
+            samples: c.samples,
+            samples_touched: c.samples_touched,
         }
     }
 }
@@ -109,6 +116,30 @@ impl Agent {
             out.extend(st.chunks_exact(4).map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes"))));
         }
         Ok(out)
+    }
+
+    /// Sample `pages` (at most STRATA_AGENT_MAX_PAGES; those the agent cannot sample are
+    /// skipped) until the next call, which returns the pages touched meanwhile, each with
+    /// whether the touch was a write.
+    pub fn sample(&mut self, pages: &[u64]) -> std::io::Result<Vec<(u64, bool)>> {
+        let pages = &pages[..pages.len().min(STRATA_AGENT_MAX_PAGES)];
+        let r = strata_agent_request_t {
+            magic: STRATA_AGENT_MAGIC,
+            op: STRATA_AGENT_SAMPLE,
+            count: pages.len() as u32,
+            ..Default::default()
+        };
+        let rep = self.request(r, pages)?;
+        if rep.count as usize > STRATA_AGENT_MAX_PAGES {
+            return Err(std::io::Error::other("the agent reported more touched pages than it can sample"));
+        }
+        let mut buf = vec![0u8; rep.count as usize * 8];
+        self.stream.read_exact(&mut buf)?;
+        Ok(buf
+            .chunks_exact(8)
+            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+            .map(|e| (e & !4095, e & 1 == 1))
+            .collect())
     }
 
     /// Drop `max` shadows (0: all); how many were.
