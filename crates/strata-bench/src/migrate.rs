@@ -148,6 +148,10 @@ pub struct Row {
     pub access_cpus: Vec<Vec<usize>>,
     #[serde(default)]
     pub agent_cpus: Option<String>,
+    /// TLB shootdowns the access threads' CPUs received while pages moved, per page moved
+    /// (x86's /proc/interrupts; None elsewhere)
+    #[serde(default)]
+    pub tlb_shootdowns_per_page: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -184,7 +188,7 @@ impl Report {
             self.cpus
         );
         s += &format!(
-            "{:<7} {:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>12} {:>11} {:>17} {:>6}\n",
+            "{:<7} {:<14} {:>9} {:>9} {:>8} {:>8} {:>9} {:>12} {:>11} {:>17} {:>6} {:>10}\n",
             "program",
             "mechanism",
             "moved",
@@ -195,13 +199,14 @@ impl Report {
             "stall/page",
             "throughput",
             "p99/p99.9 (µs)",
-            "lost"
+            "lost",
+            "TLB/page"
         );
         for r in &self.rows {
             let (aborts, nocopy) =
                 r.agent.map_or(("-".into(), "-".into()), |a| (a.aborts.to_string(), a.shadow_demotions.to_string()));
             s += &format!(
-                "{:<7} {:<14} {:>9} {:>9.0} {:>8} {:>8} {:>9} {:>9.2} µs {:>9.0} % {:>17} {:>6}\n",
+                "{:<7} {:<14} {:>9} {:>9.0} {:>8} {:>8} {:>9} {:>9.2} µs {:>9.0} % {:>17} {:>6} {:>10}\n",
                 r.program,
                 r.mechanism,
                 r.pages_moved,
@@ -218,7 +223,8 @@ impl Report {
                     r.baseline.p99_ns as f64 / 1e3,
                     r.baseline.p999_ns as f64 / 1e3
                 ),
-                r.lost_writes
+                r.lost_writes,
+                r.tlb_shootdowns_per_page.map_or("-".into(), |t| format!("{t:.2}"))
             );
         }
         for (program, ratio) in &self.stall_ratio {
@@ -226,7 +232,8 @@ impl Report {
         }
         s += "\n(stall/page: the program's extra access time per page moved; throughput: its accesses per \
               second while pages move, of its baseline's; p99/p99.9: its access times while pages move (and \
-              in its baseline); no-copy: demotions by remapping a shadow)\n";
+              in its baseline); no-copy: demotions by remapping a shadow; TLB/page: TLB shootdowns the access \
+              threads' CPUs took per page moved)\n";
         s
     }
 }
@@ -539,6 +546,7 @@ fn run_one(
     } else {
         None
     };
+    let shootdowns_before = tlb_shootdowns();
     command(&mut stdin, "phase 1")?;
     let (fast, slow) = nodes;
     let start = Instant::now();
@@ -549,6 +557,11 @@ fn run_one(
         (moved, not, passes) = (moved + m, not + n, passes + 1);
     }
     let secs = start.elapsed().as_secs_f64();
+    let shootdowns = tlb_shootdowns().zip(shootdowns_before).map(|(now, then)| {
+        // the CPUs the access threads had (all of them, shared)
+        let cpus: Vec<usize> = if a.cpus == "isolated" { (0..a.threads).collect() } else { (0..now.len()).collect() };
+        cpus.iter().map(|&c| now.get(c).copied().unwrap_or(0) - then.get(c).copied().unwrap_or(0)).sum::<u64>()
+    });
     let agent_cpus = agent_cpus(pid);
     command(&mut stdin, "stop")?;
     let result = read_result(&mut stdout)?;
@@ -578,12 +591,20 @@ fn run_one(
         words_checked: result.words_checked,
         access_cpus: result.access_cpus,
         agent_cpus,
+        tlb_shootdowns_per_page: shootdowns.map(|n| if moved > 0 { n as f64 / moved as f64 } else { 0.0 }),
     };
     p.say(&format!(
         "{program}, {mechanism}: {} pages moved in {passes} passes, {:.2} µs stall a page, {} lost writes",
         row.pages_moved, row.stall_us_per_page, row.lost_writes
     ));
     Ok(row)
+}
+
+/// TLB shootdowns received so far, per CPU (x86: the `TLB:` line of /proc/interrupts).
+fn tlb_shootdowns() -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string("/proc/interrupts").ok()?;
+    let line = text.lines().find(|l| l.trim_start().starts_with("TLB:"))?;
+    Some(line.split_whitespace().skip(1).map_while(|w| w.parse().ok()).collect())
 }
 
 /// The CPUs the program's agent thread may run on (its Cpus_allowed_list), if it has one.
@@ -646,6 +667,8 @@ fn counters_since(now: AgentCounters, then: AgentCounters) -> AgentCounters {
         shadows_dropped: now.shadows_dropped - then.shadows_dropped,
         shadows: now.shadows,
         fallbacks: now.fallbacks - then.fallbacks,
+        samples: now.samples - then.samples,
+        samples_touched: now.samples_touched - then.samples_touched,
     }
 }
 
@@ -780,6 +803,9 @@ mod tests {
             throughput_ratio: 1.0,
             lost_writes: 0,
             words_checked: 0,
+            access_cpus: Vec::new(),
+            agent_cpus: None,
+            tlb_shootdowns_per_page: None,
         }
     }
 
