@@ -80,14 +80,13 @@ bool _strata_uffd_register(void *p, size_t len, uint64_t mode) {
   struct uffdio_register r = {.range = {(uintptr_t)p, len}, .mode = mode};
   return ioctl(uffd, UFFDIO_REGISTER, &r) == 0;
 }
-#define registered _strata_uffd_register
 
 void *_strata_agent_reserve(size_t bytes, bool wp) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return NULL;
   /* slots are destinations of UFFDIO_MOVE, which must be this userfaultfd's (write-protect
    * mode only: in a missing-page mode the agent's own touch would wait on itself) */
-  if (wp && !registered(p, bytes, UFFDIO_REGISTER_MODE_WP)) {
+  if (wp && !_strata_uffd_register(p, bytes, UFFDIO_REGISTER_MODE_WP)) {
     munmap(p, bytes);
     return NULL;
   }
@@ -255,7 +254,6 @@ int _strata_uffd_move(void *dst, void *src) {
   struct uffdio_move m = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = PAGE_SIZE, .mode = 0};
   return ioctl(uffd, UFFDIO_MOVE, &m) == 0 ? 0 : outcome(-errno, dst, src);
 }
-#define move_page _strata_uffd_move
 
 uint64_t _strata_page_categories(void *p) {
   struct page_region r;
@@ -278,11 +276,11 @@ static bool written(void *p) { /* an error: not trusted as clean */
 static void window(char *start, size_t len, bool open) {
   if (open) {
     pthread_mutex_lock(&_strata_agent_lock);
-    registered(start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
+    _strata_uffd_register(start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP);
   } else {
     struct uffdio_range r = {(uintptr_t)start, len};
     ioctl(uffd, UFFDIO_UNREGISTER, &r);
-    registered(start, len, UFFDIO_REGISTER_MODE_WP);
+    _strata_uffd_register(start, len, UFFDIO_REGISTER_MODE_WP);
     pthread_mutex_unlock(&_strata_agent_lock);
   }
 }
@@ -314,17 +312,17 @@ static int shadow_demote(char *p, int node, char *out) {
     counters.shadows_stale++;
     return 0;
   }
-  int rc = move_page(out, p);
+  int rc = _strata_uffd_move(out, p);
   if (rc == 0) {
     bool same = memcmp(out, slot_addr(s->slot), PAGE_SIZE) == 0;
-    if (same && move_page(p, slot_addr(s->slot)) == 0) {
+    if (same && _strata_uffd_move(p, slot_addr(s->slot)) == 0) {
       s->page = 1; /* the shadow's page is p's now; its slot is free */
       free_slots[nfree++] = s->slot;
       counters.shadows--;
       counters.shadow_demotions++;
       rc = 1;
     } else {
-      move_page(p, out); /* written meanwhile: p as it was */
+      _strata_uffd_move(p, out); /* written meanwhile: p as it was */
       shadow_drop(s);
       counters.shadows--;
       counters.shadows_stale++;
@@ -360,12 +358,12 @@ static int copy_move(char *p, int node, int from, char *out, bool stage) {
   shadow_t *s = NULL;
   if (faster(node, from) && !(s = shadow_new((uint64_t)(uintptr_t)p, from))) return -ENOMEM;
   char *dst = s ? slot_addr(s->slot) : out;
-  int rc = move_page(dst, p);
+  int rc = _strata_uffd_move(dst, p);
   if (rc == 0) {
-    if (memcmp(dst, staging, PAGE_SIZE) == 0 && (stage ? move_page(p, staging) : fill(p, staging)) == 0) {
+    if (memcmp(dst, staging, PAGE_SIZE) == 0 && (stage ? _strata_uffd_move(p, staging) : fill(p, staging)) == 0) {
       rc = 1;
     } else {
-      move_page(p, dst); /* written while copied: abort */
+      _strata_uffd_move(p, dst); /* written while copied: abort */
       rc = 0;
     }
   }

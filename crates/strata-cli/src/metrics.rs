@@ -160,6 +160,11 @@ pub fn render(s: &Status) -> String {
             "A process agent's transactional moves, by outcome (commit, abort, shadow_demotion, fallback)",
         );
         let shadows = family::<ProcessLabels, Gauge>(&mut r, "agent_shadows", "Shadow copies a process's agent holds");
+        let samples = family::<AgentLabels, Counter>(
+            &mut r,
+            "agent_samples",
+            "Pages a process's agent sampled for the hint-fault tracker, by outcome (touched, untouched)",
+        );
         for p in &d.processes {
             let Some(a) = p.process.agent else { continue };
             let (pid, command) = (p.process.pid.to_string(), p.process.command.clone());
@@ -171,6 +176,12 @@ pub fn render(s: &Status) -> String {
             ] {
                 let l = AgentLabels { pid: pid.clone(), command: command.clone(), outcome: outcome.into() };
                 agent.get_or_create(&l).inc_by(n);
+            }
+            for (outcome, n) in
+                [("touched", a.samples_touched), ("untouched", a.samples.saturating_sub(a.samples_touched))]
+            {
+                let l = AgentLabels { pid: pid.clone(), command: command.clone(), outcome: outcome.into() };
+                samples.get_or_create(&l).inc_by(n);
             }
             shadows.get_or_create(&ProcessLabels { pid, command }).set(a.shadows as i64);
         }

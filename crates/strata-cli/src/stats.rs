@@ -161,8 +161,9 @@ fn table(s: &Status) -> String {
         if let Some(a) = p.process.agent {
             let _ = writeln!(
                 t,
-                "    agent: {} commits, {} aborts, {} copy-free demotions, {} shadows held ({} stale, {} reclaimed), {} by move_pages",
-                a.commits, a.aborts, a.shadow_demotions, a.shadows, a.shadows_stale, a.shadows_dropped, a.fallbacks
+                "    agent: {} commits, {} aborts, {} copy-free demotions, {} shadows held ({} stale, {} reclaimed), {} by move_pages; {} pages sampled, {} touched",
+                a.commits, a.aborts, a.shadow_demotions, a.shadows, a.shadows_stale, a.shadows_dropped, a.fallbacks,
+                a.samples, a.samples_touched
             );
         }
     }

@@ -201,6 +201,49 @@ fn a_process_started_under_strata_announces_itself_to_a_running_daemon() {
     assert!(managed.iter().any(|p| p["pid"] == pid), "the process did not announce itself: {v}");
 }
 
+/// With `hint-fault` among the trackers the daemon keeps a program's agent (the mover stays
+/// move_pages) and samples its pages each round: the program, which only reads its hot buffer,
+/// is tracked by hint-fault, its samples are touched, and its check of every byte passes.
+#[test]
+fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
+    let probe = json(&["daemon", "--probe", "--json"]);
+    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
+    if hint["available"] != true {
+        eprintln!("skipped: {}", hint["reason"]);
+        return;
+    }
+    let dir = Dir::new("daemon-hint");
+    let sock = dir.path("sock");
+    let cfg = dir.path("strata.toml");
+    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "100", "-q", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    let child = Command::new(repo("build/preload/hot_writer"))
+        .args(["16", "6", "16", "read"])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .env("STRATA_DAEMON_SOCKET", &sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as u64;
+    let touched = |v: &Value| {
+        v["daemon"]["processes"]
+            .as_array()
+            .and_then(|d| d.iter().find(|p| p["pid"] == pid))
+            .map_or(0, |p| p["agent"]["samples_touched"].as_u64().unwrap_or(0))
+    };
+    let v = stats_until(&sock, |v| touched(v) >= 20);
+    let out = child.wait_with_output().unwrap();
+    let err = daemon.stop();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("verified"), "{text}");
+    let p = v["daemon"]["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).cloned();
+    let p = p.unwrap_or_else(|| panic!("not managed: {v}\n{err}"));
+    assert_eq!(p["tracker"], "hint-fault", "{p}");
+    assert!(touched(&v) >= 20, "{p}\n{err}");
+    assert_eq!(p["agent"]["commits"], 0, "the mover stays move_pages: {p}");
+}
+
 #[test]
 fn any_process_can_be_attached_with_a_priority_and_detached_and_bad_requests_say_why() {
     let dir = Dir::new("daemon-attach");

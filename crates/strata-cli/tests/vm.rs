@@ -227,7 +227,11 @@ const OOM_REPORT: &str =
 /// promotes everything, seen or not: the fast node must be full for the trackers to matter.)
 /// Ambix moves a page after `min_scans` scans: the writer's first writes (filling the buffers)
 /// lift the hot set's scores, and only 10 scans let them decay before a page may move.
-fn read_only_hot_set(kernel: Option<&str>, trackers: &str, min_scans: u32) -> (String, serde_json::Value) {
+fn read_only_hot_set(
+    kernel: Option<&str>,
+    trackers: &str,
+    min_scans: u32,
+) -> (String, serde_json::Value, serde_json::Value) {
     let (code, out) = daemon_guest_on(
         kernel,
         &daemon_files(),
@@ -247,7 +251,8 @@ fn read_only_hot_set(kernel: Option<&str>, trackers: &str, min_scans: u32) -> (S
     assert!(w.contains("verified"), "{w}");
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
     let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer");
-    (w, writer.unwrap_or_else(|| panic!("{status}")).clone())
+    let writer = writer.unwrap_or_else(|| panic!("{status}")).clone();
+    (w, writer, status)
 }
 
 /// Pages of a buffer on node 0 and node 1 from hot_writer's line `WHAT WHEN: N0=a N1=b of n
@@ -494,11 +499,29 @@ fn guest_daemon_with_soft_dirty_does_not_see_a_hot_set_that_is_only_read() {
     if guest_available().is_none() {
         return;
     }
-    let (w, writer) = read_only_hot_set(None, "\"soft-dirty\"", 10);
+    let (w, writer, _) = read_only_hot_set(None, "\"soft-dirty\"", 10);
     assert_eq!(writer["tracker"], "soft-dirty", "{writer}");
     let (h0, _, pages) = nodes_of(&w, "hot end", None);
     // (some of the cold buffer does go down: Ambix drains the fast node to its 5 % reserve)
     assert!(h0 < pages / 10, "a read-only hot set is invisible to soft-dirty bits: {w}");
+}
+
+/// On 6.12 the hint-fault tracker sees reads without DAMON: the process's agent samples a page
+/// of every 2 MiB block each round (libstrata/agent/sample.c), and the same hot set, only
+/// read, is promoted; the program's check of every byte passes.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest612_daemon_with_hint_fault_promotes_a_hot_set_that_is_only_read() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (w, writer, status) = read_only_hot_set(Some("6.12"), "\"hint-fault\", \"pagemap-scan\"", 3);
+    assert_eq!(writer["tracker"], "hint-fault", "{writer}");
+    let managed = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
+    let agent = &managed.iter().find(|p| p["command"] == "hot_writer").unwrap_or_else(|| panic!("{status}"))["agent"];
+    assert!(agent["samples_touched"].as_u64() > Some(0), "{status}");
+    let (h0, _, pages) = nodes_of(&w, "hot end", None);
+    assert!(h0 >= pages * 9 / 10, "the samples saw the reads and the hot set was promoted: {w}");
 }
 
 /// On Debian's 6.12 (fetched once into build/vm/kernels) DAMON sees reads: the same hot set,
@@ -516,7 +539,7 @@ fn guest612_daemon_with_damon_promotes_a_hot_set_that_is_only_read() {
         eprintln!("skipped: DAMON's view of reads under TCG is not reliable in a full suite; make vm-test-damon");
         return;
     }
-    let (w, writer) = read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"", 3);
+    let (w, writer, _) = read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"", 3);
     assert_eq!(writer["tracker"], "damon-vaddr", "{writer}");
     // (in the guest, under TCG, the program, the daemon and DAMON's threads share two slow
     // CPUs: DAMON sees the reads in most windows, not all, and the swap takes tens of rounds)

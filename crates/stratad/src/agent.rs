@@ -164,8 +164,13 @@ mod tests {
     /// A program under Strata offers its agent to a "daemon" (this test), which moves every page
     /// of the buffer the program keeps writing, five times over (forced: one node here); pages
     /// written while copied abort, and the program's own check of every byte at the end passes.
+    /// The agent tests run busy programs: one at a time, so each has the CPUs its assertions
+    /// count on (a writer fast enough to make copies abort).
+    static BUSY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn an_agent_moves_a_written_buffer_transactionally_and_nothing_is_lost() {
+        let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let (lib, writer) = (root.join("build/libstrata.so"), root.join("build/preload/hot_writer"));
         assert!(lib.exists() && writer.exists(), "run `make lib build/preload/hot_writer` first");
@@ -229,5 +234,90 @@ mod tests {
         assert!(status.success() && text.contains("verified"), "{text}");
         // the program writes every page of it many times a millisecond: most copies abort
         assert!(moved > 0 && a.counters.commits == moved as u64 && a.counters.aborts > 0, "{moved} {:?}", a.counters);
+    }
+
+    /// The hint-fault tracker's half in the program: a program that only reads its hot buffer
+    /// and never touches its cold one; samples of both, round after round: the hot pages are
+    /// reported read (not written), the cold ones never, and the program's check of every byte
+    /// at the end passes.
+    #[test]
+    fn an_agent_reports_which_sampled_pages_were_read_and_loses_nothing() {
+        let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let (lib, writer) = (root.join("build/libstrata.so"), root.join("build/preload/hot_writer"));
+        assert!(lib.exists() && writer.exists(), "run `make lib build/preload/hot_writer` first");
+        let dir = std::env::temp_dir().join(format!("strata-agent-sample-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        // 8 MiB hot, read for 4 s; 16 MiB cold, written once
+        let mut child = Command::new(&writer)
+            .args(["8", "4", "16", "read"])
+            .env("LD_PRELOAD", &lib)
+            .env("STRATA_DAEMON_SOCKET", &sock)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stream, _) = listener.accept().unwrap();
+        let mut hello = String::new();
+        std::io::BufReader::new(stream.try_clone().unwrap()).read_line(&mut hello).unwrap();
+        if !hello.contains("\"agent\":true") {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("skipped: this process offers no agent here (Linux 6.8+ and a full userfaultfd needed): {hello}");
+            return;
+        }
+        (&stream).write_all(b"{\"agent\":true}\n").unwrap();
+        let pid = child.id();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("cold start") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the program ended early");
+        }
+        let mut objects = Vec::new();
+        for _ in 0..100 {
+            objects.clear();
+            if let Ok(c) = crate::channel::Channel::open(pid) {
+                c.objects(&mut objects);
+            }
+            if objects.iter().filter(|o| o.len >= 8 << 20).count() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cold = objects.iter().find(|o| o.len >= 16 << 20).copied().expect("the cold buffer is tracked");
+        let hot = objects.iter().find(|o| (8 << 20..16 << 20).contains(&o.len)).copied().expect("the hot buffer");
+        let hot_pages: Vec<u64> = (hot.addr..hot.addr + (8 << 20)).step_by(8 * 4096).collect();
+        let cold_pages: Vec<u64> = (cold.addr..cold.addr + (16 << 20)).step_by(16 * 4096).collect();
+        let mut a = Agent::new(stream);
+        let (mut hot_reads, mut cold_touched, mut writes, mut rounds) = (0, 0, 0, 0);
+        let pages: Vec<u64> = hot_pages.iter().chain(&cold_pages).copied().collect();
+        // (the first two rounds' reports are not counted: the program writes its hot buffer
+        // once after it prints its start lines, before it only reads)
+        for _ in 0..12 {
+            let touched = a.sample(&pages).unwrap();
+            if rounds >= 2 {
+                for (page, write) in &touched {
+                    hot_reads += usize::from(hot_pages.contains(page) && !write);
+                    cold_touched += usize::from(cold_pages.contains(page));
+                    writes += usize::from(*write);
+                }
+            }
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        let last = a.sample(&[]).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut out, &mut text).unwrap();
+        let status = child.wait().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(status.success() && text.contains("verified"), "{text}");
+        // the hot buffer is read through in well under 150 ms: every sample of it is touched
+        let want = hot_pages.len() * (rounds - 2);
+        assert!(hot_reads + last.len() >= want * 9 / 10, "{hot_reads} of {want} hot samples seen read");
+        assert_eq!((cold_touched, writes), (0, 0), "the cold buffer is never touched, nothing is written");
+        assert!(a.counters.samples >= pages.len() as u64 * 9, "{:?}", a.counters);
     }
 }

@@ -155,7 +155,7 @@ impl Default for DaemonConfig {
             discovery_ms: 10_000,
             node_reserve_fraction: 0.02,
             kernel_reserve_bytes: 64 << 20,
-            trackers: crate::linux::TRACKERS.iter().map(|t| t.name().to_string()).collect(),
+            trackers: crate::linux::DEFAULT_TRACKERS.iter().map(|t| t.name().to_string()).collect(),
             damon_max_processes: 8,
         }
     }
@@ -377,6 +377,12 @@ impl Config {
             .iter()
             .filter_map(|t| crate::linux::TRACKERS.iter().copied().find(|k| k.name() == t))
             .collect()
+    }
+
+    /// Whether the daemon keeps the agents processes offer: for transactional moves, and for
+    /// the hint-fault tracker's samples.
+    pub fn wants_agents(&self) -> bool {
+        self.mover.mechanism == Mechanism::Transactional || self.trackers().contains(&crate::linux::Tracker::HintFault)
     }
 
     /// What the daemon leaves free on each node for the kernel.

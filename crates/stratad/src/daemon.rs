@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Mechanism;
 use crate::control::{Command, Server};
 use crate::linux::Linux;
 use crate::status::{DaemonProcess, DaemonStatus};
@@ -192,13 +191,14 @@ impl Daemon {
             let reserve = cfg.reserve();
             let (trackers, damon_max) = (cfg.trackers(), cfg.daemon.damon_max_processes);
             let mover = cfg.mover.clone();
+            let wants_agents = cfg.wants_agents();
             let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
             let socket_changed = cfg.daemon.socket != self.engine.config().daemon.socket
                 || cfg.daemon.socket_group != self.engine.config().daemon.socket_group;
             self.engine.reconfigure(&policy, cfg, &mut self.machine).map_err(|e| e.to_string())?;
             self.machine.set_discovery(discovery);
             self.machine.set_reserve(reserve);
-            self.wants_agents.store(mover.mechanism == Mechanism::Transactional, Ordering::Relaxed);
+            self.wants_agents.store(wants_agents, Ordering::Relaxed);
             self.machine.set_mover(mover);
             if let Some(why) = self.machine.set_trackers(&trackers, damon_max, round) {
                 eprintln!("strata daemon: DAMON is not used: {why}");
@@ -273,7 +273,7 @@ pub fn run(
     let shared = Arc::new(Mutex::new(None));
     let (tx, rx) = mpsc::channel();
     let daemon_cfg = engine.config().daemon.clone();
-    let wants_agents = Arc::new(AtomicBool::new(engine.config().mover.mechanism == Mechanism::Transactional));
+    let wants_agents = Arc::new(AtomicBool::new(engine.config().wants_agents()));
     let _server = Server::start(
         &daemon_cfg.socket,
         daemon_cfg.socket_group.as_deref(),

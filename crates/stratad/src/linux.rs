@@ -18,7 +18,11 @@
 //! again; else `soft-dirty` when the kernel has it: pagemap's soft-dirty bit over every private
 //! anonymous mapping, cleared (`clear_refs` 4) when a full scan ends; else none, and the
 //! process's pages are not scanned. Both see writes only: a page read and not written looks
-//! idle (docs/daemon.md says which tracker sees reads on which kernel).
+//! idle (docs/daemon.md says which tracker sees reads on which kernel). Reads come from DAMON
+//! (`damon-vaddr`) or, where configured, from `hint-fault`: pagemap-scan's writes, and each
+//! pass one sampled page of every 2 MiB block of the process that its agent makes missing
+//! until touched (libstrata/agent/sample.c); a block whose sample was touched counts as read,
+//! every page of it, for DAMON_WINDOW.
 //!
 //! **Where pages are.** From each page's frame in pagemap and the memory blocks of each node in
 //! sysfs ([`Frames`]) when the daemon may see frames (root), else `move_pages(2)` with no
@@ -58,6 +62,7 @@ const REFRESH_BLOCK: u64 = 2 << 20;
 #[serde(rename_all = "kebab-case")]
 pub enum Tracker {
     DamonVaddr,
+    HintFault,
     PagemapScan,
     SoftDirty,
     None,
@@ -68,6 +73,7 @@ impl Tracker {
     pub fn name(self) -> &'static str {
         match self {
             Tracker::DamonVaddr => "damon-vaddr",
+            Tracker::HintFault => "hint-fault",
             Tracker::PagemapScan => "pagemap-scan",
             Tracker::SoftDirty => "soft-dirty",
             Tracker::None => "none",
@@ -75,8 +81,14 @@ impl Tracker {
     }
 }
 
-/// The trackers the daemon can use, in the order it prefers them by default.
-pub const TRACKERS: [Tracker; 3] = [Tracker::DamonVaddr, Tracker::PagemapScan, Tracker::SoftDirty];
+/// The trackers the daemon can use.
+pub const TRACKERS: [Tracker; 4] = [Tracker::DamonVaddr, Tracker::HintFault, Tracker::PagemapScan, Tracker::SoftDirty];
+/// Those it uses when none are configured, preferred first (hint-fault is asked for by name:
+/// it makes the program wait on the pages it samples).
+pub const DEFAULT_TRACKERS: [Tracker; 3] = [Tracker::DamonVaddr, Tracker::PagemapScan, Tracker::SoftDirty];
+/// The hint-fault tracker samples one page of every block this large each pass (DAMON's
+/// regions, fixed), at most STRATA_AGENT_MAX_PAGES a process a pass (in turns beyond that).
+const HINT_BLOCK: u64 = 2 << 20;
 
 /// What a scan of one process found: its present pages (address, accessed and written since
 /// their last scan), the pages it took of the round's budget, and where it stopped (None: it
@@ -105,8 +117,13 @@ struct Proc {
     nodes_last: Vec<(u64, Node)>,
     nodes_now: Vec<(u64, Node)>,
     nodes_at: usize,
-    /// its agent, when it offered one and the daemon kept it (transactional moves)
+    /// its agent, when it offered one and the daemon kept it (transactional moves, hint-fault
+    /// samples)
     agent: Option<Agent>,
+    /// hint-fault: the pass each block (address / HINT_BLOCK) was last seen touched, and which
+    /// block the next pass's samples start from
+    hint_seen: BTreeMap<u64, u64>,
+    hint_next: u64,
 }
 
 impl Proc {
@@ -124,6 +141,8 @@ impl Proc {
             nodes_now: Vec::new(),
             nodes_at: 0,
             agent: None,
+            hint_seen: BTreeMap::new(),
+            hint_next: 0,
         }
     }
 }
@@ -173,7 +192,8 @@ pub struct Linux {
     damon: Option<crate::damon::Damon>,
     damon_max: usize,
     damon_aggr_us: u64,
-    /// per process, DAMON's last reads (the latest last), as many as cover DAMON_WINDOW
+    /// per process, DAMON's last reads (the latest last), as many as cover DAMON_WINDOW, the
+    /// passes a read (DAMON's or a sample's) counts for
     damon_regions: BTreeMap<u32, std::collections::VecDeque<Vec<crate::damon::Region>>>,
     damon_keep: usize,
     /// how pages move (the daemon's mover configuration)
@@ -536,6 +556,9 @@ impl Linux {
         let Some(p) = self.procs.get(&pid) else { return Tracker::None };
         let usable = |t: &Tracker| match t {
             Tracker::DamonVaddr => self.damon.as_ref().is_some_and(|d| d.pids().contains(&pid)),
+            Tracker::HintFault => {
+                self.pagemap_scan && p.channel.as_ref().is_some_and(|c| c.wp_async()) && p.agent.is_some()
+            }
             Tracker::PagemapScan => self.pagemap_scan && p.channel.as_ref().is_some_and(|c| c.wp_async()),
             Tracker::SoftDirty => self.soft_dirty,
             Tracker::None => false,
@@ -566,6 +589,48 @@ impl Linux {
                     if let Some(p) = self.procs.get_mut(&pid) {
                         p.scan_error = Some(format!("DAMON: {e}"));
                     }
+                }
+            }
+        }
+    }
+
+    /// At the start of a pass: each hint-fault process's agent reports the samples touched
+    /// since the last pass and takes new ones, a page of each 2 MiB block the last pass found
+    /// present (the block's page chosen anew each pass).
+    fn hint_pass(&mut self) {
+        let pids: Vec<u32> = self.procs.keys().copied().filter(|&p| self.tracker(p) == Tracker::HintFault).collect();
+        let pass = self.pass;
+        for pid in pids {
+            let Some(p) = self.procs.get_mut(&pid) else { continue };
+            let mut blocks: Vec<(u64, Vec<u64>)> = Vec::new();
+            for &(addr, _) in &p.nodes_last {
+                match blocks.last_mut() {
+                    Some((b, pages)) if *b == addr / HINT_BLOCK => pages.push(addr),
+                    _ => blocks.push((addr / HINT_BLOCK, vec![addr])),
+                }
+            }
+            let max = strata_sys::STRATA_AGENT_MAX_PAGES;
+            let start = blocks.partition_point(|(b, _)| *b < p.hint_next);
+            let chosen: Vec<u64> = (0..blocks.len().min(max))
+                .map(|i| &blocks[(start + i) % blocks.len()])
+                .map(|(b, pages)| {
+                    pages[(b.wrapping_mul(0x9E37_79B9) ^ pass.wrapping_mul(0x85EB_CA6B)) as usize % pages.len()]
+                })
+                .collect();
+            p.hint_next = blocks.get((start + max) % blocks.len().max(1)).map_or(0, |(b, _)| *b);
+            let Some(agent) = p.agent.as_mut() else { continue };
+            match agent.sample(&chosen) {
+                Ok(touched) => {
+                    for (page, _) in touched {
+                        p.hint_seen.insert(page / HINT_BLOCK, pass);
+                    }
+                    let keep = self.damon_keep.max(blocks.len().div_ceil(max)) as u64;
+                    p.hint_seen.retain(|_, seen| pass - *seen <= keep);
+                }
+                Err(e) => {
+                    eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); no more samples");
+                    p.agent = None;
+                    p.hint_seen.clear();
                 }
             }
         }
@@ -670,9 +735,10 @@ impl Linux {
         let mut present = Vec::new();
         Ok(match self.tracker(pid) {
             Tracker::None => (present, 0, None),
-            Tracker::PagemapScan => {
+            tracker @ (Tracker::PagemapScan | Tracker::HintFault) => {
                 // present pages (not the shared zero page) of registered memory, written or
-                // not; matching protects them again, and unregistered mappings are skipped
+                // not; matching protects them again, and unregistered mappings are skipped;
+                // hint-fault: a page counts as accessed too when its block's sample was touched
                 let q = pagemap::Query {
                     flags: pagemap::PM_SCAN_WP_MATCHING,
                     inverted: pagemap::PAGE_IS_PFNZERO,
@@ -682,9 +748,13 @@ impl Linux {
                 let mut regions = Vec::new();
                 let end = pagemap::scan(&pm, from, USER_TOP, max, q, &mut regions)
                     .map_err(|e| format!("PAGEMAP_SCAN: {e}"))?;
+                let seen = self.procs.get(&pid).filter(|_| tracker == Tracker::HintFault).map(|p| &p.hint_seen);
                 for r in &regions {
                     let written = r.categories & pagemap::PAGE_IS_WRITTEN != 0;
-                    present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| (a, written, written)));
+                    present.extend((r.start..r.end).step_by(PAGE as usize).map(|a| {
+                        let read = seen.is_some_and(|s| s.contains_key(&(a / HINT_BLOCK)));
+                        (a, written || read, written)
+                    }));
                 }
                 let n = present.len() as u64;
                 (present, n, (end < USER_TOP).then_some(end))
@@ -794,6 +864,7 @@ impl Machine for Linux {
         self.discover();
         if self.cursor == (0, 0) {
             self.damon_pass();
+            self.hint_pass();
         }
         let mut taken = 0u64;
         let pids: Vec<u32> = self.procs.keys().copied().filter(|&p| p >= self.cursor.0).collect();
