@@ -271,7 +271,7 @@ fn daemon_table(s: &mut String, r: &daemon::Report) {
 fn migrate_table(s: &mut String, r: &migrate::Report) {
     let _ = writeln!(
         s,
-        "| program | mechanism | pages moved | moves/s | aborts | copy-free demotions | stall per page (µs) | throughput while moving | lost writes |\n|---|---|---|---|---|---|---|---|---|"
+        "| program | mechanism | pages moved | moves/s | aborts | copy-free demotions | stall per page (µs) | throughput while moving | TLB shootdowns per page | lost writes |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for x in &r.rows {
         let (aborts, nocopy) = x
@@ -279,7 +279,7 @@ fn migrate_table(s: &mut String, r: &migrate::Report) {
             .map_or(("-".to_string(), "-".to_string()), |a| (a.aborts.to_string(), a.shadow_demotions.to_string()));
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.0} % | {} |",
+            "| {} | {} | {} | {:.0} | {} | {} | {:.2} | {:.0} % | {} | {} |",
             x.program,
             x.mechanism,
             x.pages_moved,
@@ -288,6 +288,7 @@ fn migrate_table(s: &mut String, r: &migrate::Report) {
             nocopy,
             x.stall_us_per_page,
             x.throughput_ratio * 100.0,
+            x.tlb_shootdowns_per_page.map_or("-".into(), |t| format!("{t:.2}")),
             x.lost_writes
         );
     }
@@ -370,9 +371,10 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 header(&mut s, &r.measured, "The live daemon (native CPU; promotion in the guest)", &path, dir);
                 daemon_table(&mut s, &r.report);
             }
-            "migrate" => {
+            b if b.starts_with("migrate") => {
                 let r: Saved<migrate::Report> = parse(&path, v)?;
-                header(&mut s, &r.measured, "Moving a running program's pages (move_pages, transactional)", &path, dir);
+                let what = format!("Moving a running program's pages (move_pages, transactional; CPUs {})", r.report.cpus);
+                header(&mut s, &r.measured, &what, &path, dir);
                 migrate_table(&mut s, &r.report);
             }
             "emu-validate" => {
