@@ -373,7 +373,8 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
             }
             b if b.starts_with("migrate") => {
                 let r: Saved<migrate::Report> = parse(&path, v)?;
-                let what = format!("Moving a running program's pages (move_pages, transactional; CPUs {})", r.report.cpus);
+                let what =
+                    format!("Moving a running program's pages (move_pages, transactional; CPUs {})", r.report.cpus);
                 header(&mut s, &r.measured, &what, &path, dir);
                 migrate_table(&mut s, &r.report);
             }
