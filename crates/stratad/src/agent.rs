@@ -159,6 +159,7 @@ mod tests {
     use super::*;
     use std::io::BufRead;
     use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
     use std::process::{Command, Stdio};
 
     /// A program under Strata offers its agent to a "daemon" (this test), which moves every page
@@ -168,18 +169,19 @@ mod tests {
     /// count on (a writer fast enough to make copies abort).
     static BUSY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    #[test]
-    fn an_agent_moves_a_written_buffer_transactionally_and_nothing_is_lost() {
-        let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());
+    /// tests/preload/hot_writer with `args` under libstrata, its agent taken as a daemon takes
+    /// it: the program, its connection and its folder (removed at the end); None, saying why,
+    /// where the program offers no agent.
+    fn hot_writer_with_agent(name: &str, args: &[&str]) -> Option<(std::process::Child, UnixStream, PathBuf)> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let (lib, writer) = (root.join("build/libstrata.so"), root.join("build/preload/hot_writer"));
         assert!(lib.exists() && writer.exists(), "run `make lib build/preload/hot_writer` first");
-        let dir = std::env::temp_dir().join(format!("strata-agent-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("strata-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("sock");
         let listener = UnixListener::bind(&sock).unwrap();
         let mut child = Command::new(&writer)
-            .args(["8", "4"])
+            .args(args)
             .env("LD_PRELOAD", &lib)
             .env("STRATA_DAEMON_SOCKET", &sock)
             .stdout(Stdio::piped())
@@ -193,9 +195,32 @@ mod tests {
             let _ = child.wait();
             let _ = std::fs::remove_dir_all(&dir);
             eprintln!("skipped: this process offers no agent here (Linux 6.8+ and a full userfaultfd needed): {hello}");
-            return;
+            return None;
         }
         (&stream).write_all(b"{\"agent\":true}\n").unwrap();
+        Some((child, stream, dir))
+    }
+
+    /// The tracked objects of process `pid` once `ready` holds for them (2 s at most).
+    fn objects_when(pid: u32, ready: impl Fn(&[strata_policy::ObjectObs]) -> bool) -> Vec<strata_policy::ObjectObs> {
+        let mut objects = Vec::new();
+        for _ in 0..100 {
+            objects.clear();
+            if let Ok(c) = crate::channel::Channel::open(pid) {
+                c.objects(&mut objects);
+            }
+            if ready(&objects) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        objects
+    }
+
+    #[test]
+    fn an_agent_moves_a_written_buffer_transactionally_and_nothing_is_lost() {
+        let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((mut child, stream, dir)) = hot_writer_with_agent("agent", &["8", "4"]) else { return };
         let pid = child.id();
         // once it says where its buffer is, every page of it is there
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -203,17 +228,7 @@ mod tests {
         out.read_line(&mut first).unwrap();
         assert!(first.starts_with("hot start"), "{first}");
         // the buffer: the largest tracked object
-        let mut objects = Vec::new();
-        for _ in 0..100 {
-            objects.clear();
-            if let Ok(c) = crate::channel::Channel::open(pid) {
-                c.objects(&mut objects);
-            }
-            if objects.iter().any(|o| o.len >= 8 << 20) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let objects = objects_when(pid, |o| o.iter().any(|o| o.len >= 8 << 20));
         let o = objects.iter().max_by_key(|o| o.len).copied().expect("the buffer is tracked");
         // (the object is the usable size of its mapping, whole 4 MiB chunks; the buffer is 8 MiB)
         let pages: Vec<u64> = (o.addr..o.addr + (8 << 20)).step_by(4096).collect();
@@ -243,32 +258,10 @@ mod tests {
     #[test]
     fn an_agent_reports_which_sampled_pages_were_read_and_loses_nothing() {
         let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let (lib, writer) = (root.join("build/libstrata.so"), root.join("build/preload/hot_writer"));
-        assert!(lib.exists() && writer.exists(), "run `make lib build/preload/hot_writer` first");
-        let dir = std::env::temp_dir().join(format!("strata-agent-sample-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("sock");
-        let listener = UnixListener::bind(&sock).unwrap();
         // 8 MiB hot, read for 4 s; 16 MiB cold, written once
-        let mut child = Command::new(&writer)
-            .args(["8", "4", "16", "read"])
-            .env("LD_PRELOAD", &lib)
-            .env("STRATA_DAEMON_SOCKET", &sock)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (stream, _) = listener.accept().unwrap();
-        let mut hello = String::new();
-        std::io::BufReader::new(stream.try_clone().unwrap()).read_line(&mut hello).unwrap();
-        if !hello.contains("\"agent\":true") {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = std::fs::remove_dir_all(&dir);
-            eprintln!("skipped: this process offers no agent here (Linux 6.8+ and a full userfaultfd needed): {hello}");
+        let Some((mut child, stream, dir)) = hot_writer_with_agent("agent-sample", &["8", "4", "16", "read"]) else {
             return;
-        }
-        (&stream).write_all(b"{\"agent\":true}\n").unwrap();
+        };
         let pid = child.id();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -276,17 +269,7 @@ mod tests {
             line.clear();
             assert!(out.read_line(&mut line).unwrap() > 0, "the program ended early");
         }
-        let mut objects = Vec::new();
-        for _ in 0..100 {
-            objects.clear();
-            if let Ok(c) = crate::channel::Channel::open(pid) {
-                c.objects(&mut objects);
-            }
-            if objects.iter().filter(|o| o.len >= 8 << 20).count() >= 2 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let objects = objects_when(pid, |o| o.iter().filter(|o| o.len >= 8 << 20).count() >= 2);
         let cold = objects.iter().find(|o| o.len >= 16 << 20).copied().expect("the cold buffer is tracked");
         let hot = objects.iter().find(|o| (8 << 20..16 << 20).contains(&o.len)).copied().expect("the hot buffer");
         let hot_pages: Vec<u64> = (hot.addr..hot.addr + (8 << 20)).step_by(8 * 4096).collect();
