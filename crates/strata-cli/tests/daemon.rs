@@ -244,6 +244,58 @@ fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
     assert_eq!(p["agent"]["commits"], 0, "the mover stays move_pages: {p}");
 }
 
+/// A real program under hint-fault samples every 20 ms: python3 allocating, freeing (large
+/// blocks are unmapped), growing and forking as it goes prints what it prints without Strata.
+#[test]
+fn python_under_hint_fault_samples_prints_what_it_prints_alone() {
+    let probe = json(&["daemon", "--probe", "--json"]);
+    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
+    if hint["available"] != true {
+        eprintln!("skipped: {}", hint["reason"]);
+        return;
+    }
+    let script = "import hashlib, random, subprocess\n\
+                  random.seed(7); h = hashlib.sha256(); d = {}\n\
+                  for r in range(20):\n\
+                  \x20   for i in range(10000): d[random.randrange(100000)] = bytes(random.getrandbits(8) for _ in range(random.randrange(1, 64)))\n\
+                  \x20   big = [bytearray(random.randrange(1, 1 << 20)) for _ in range(8)]\n\
+                  \x20   for b in big: b[0] = r; h.update(b[:16])\n\
+                  \x20   del big\n\
+                  \x20   for k in sorted(d)[:2500]: h.update(d.pop(k))\n\
+                  \x20   if r % 5 == 0: h.update(subprocess.run(['echo', str(r)], capture_output=True).stdout)\n\
+                  print(h.hexdigest(), len(d))\n";
+    let alone = Command::new("python3").args(["-c", script]).output().unwrap();
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    let dir = Dir::new("daemon-hint-python");
+    let sock = dir.path("sock");
+    let cfg = dir.path("strata.toml");
+    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "20", "-q", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    let child = Command::new("python3")
+        .args(["-c", script])
+        .env("LD_PRELOAD", repo("build/libstrata.so"))
+        .env("STRATA_DAEMON_SOCKET", &sock)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as u64;
+    let samples = |v: &Value| {
+        v["daemon"]["processes"]
+            .as_array()
+            .and_then(|d| d.iter().find(|p| p["pid"] == pid))
+            .map_or(0, |p| p["agent"]["samples"].as_u64().unwrap_or(0))
+    };
+    let v = stats_until(&sock, |v| samples(v) > 0);
+    let sampled = child.wait_with_output().unwrap();
+    let err = daemon.stop();
+    assert!(sampled.status.success(), "{}", String::from_utf8_lossy(&sampled.stderr));
+    assert!(samples(&v) > 0, "python was not sampled: {v}");
+    assert_eq!(String::from_utf8_lossy(&sampled.stdout), String::from_utf8_lossy(&alone.stdout), "{err}");
+    assert!(!err.contains("stopped answering"), "{err}");
+}
+
 #[test]
 fn any_process_can_be_attached_with_a_priority_and_detached_and_bad_requests_say_why() {
     let dir = Dir::new("daemon-attach");

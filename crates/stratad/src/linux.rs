@@ -628,7 +628,11 @@ impl Linux {
                     p.hint_seen.retain(|_, seen| pass - *seen <= keep);
                 }
                 Err(e) => {
-                    eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); no more samples");
+                    // (a closed connection is a process that exited or exec'd: nothing to say)
+                    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+                    if !matches!(e.kind(), BrokenPipe | ConnectionReset | UnexpectedEof) {
+                        eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); no more samples");
+                    }
                     p.agent = None;
                     p.hint_seen.clear();
                 }
