@@ -370,6 +370,13 @@ pub fn node_bytes(pid: u32) -> BTreeMap<u8, u64> {
     out
 }
 
+/// Whether an agent's error is its connection closed: its process exited or exec'd, which is
+/// not worth a line (the next prune forgets it).
+fn agent_closed(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), BrokenPipe | ConnectionReset | UnexpectedEof)
+}
+
 impl Linux {
     /// The machine as libstrata sees it: sysfs at $STRATA_SYSFS (or /sys), tiers overridden
     /// by $STRATA_TIERS.
@@ -628,9 +635,7 @@ impl Linux {
                     p.hint_seen.retain(|_, seen| pass - *seen <= keep);
                 }
                 Err(e) => {
-                    // (a closed connection is a process that exited or exec'd: nothing to say)
-                    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
-                    if !matches!(e.kind(), BrokenPipe | ConnectionReset | UnexpectedEof) {
+                    if !agent_closed(&e) {
                         eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); no more samples");
                     }
                     p.agent = None;
@@ -929,7 +934,9 @@ impl Machine for Linux {
             (Some(a), Mechanism::Transactional) => match a.move_pages(pages, to, attempts, false) {
                 Ok(st) => Some(st),
                 Err(e) => {
-                    eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); moving by move_pages");
+                    if !agent_closed(&e) {
+                        eprintln!("strata daemon: process {pid}'s agent stopped answering ({e}); moving by move_pages");
+                    }
                     p.agent = None;
                     None
                 }
