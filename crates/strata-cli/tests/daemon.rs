@@ -201,23 +201,37 @@ fn a_process_started_under_strata_announces_itself_to_a_running_daemon() {
     assert!(managed.iter().any(|p| p["pid"] == pid), "the process did not announce itself: {v}");
 }
 
+/// A daemon tracking with hint-fault (and ambix, rounds every `period_ms`) on a socket in
+/// `dir`, once it answers; None, saying why, where the kernel does not allow hint-fault.
+fn hint_fault_daemon(dir: &Dir, period_ms: &str) -> Option<(Daemon, String)> {
+    let probe = json(&["daemon", "--probe", "--json"]);
+    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
+    if hint["available"] != true {
+        eprintln!("skipped: {}", hint["reason"]);
+        return None;
+    }
+    let (sock, cfg) = (dir.path("sock"), dir.path("strata.toml"));
+    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", period_ms, "-q", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    Some((daemon, sock))
+}
+
+/// The agent counter `key` of process `pid` in a status (0 when it has none).
+fn agent_counter(v: &Value, pid: u64, key: &str) -> u64 {
+    v["daemon"]["processes"]
+        .as_array()
+        .and_then(|d| d.iter().find(|p| p["pid"] == pid))
+        .map_or(0, |p| p["agent"][key].as_u64().unwrap_or(0))
+}
+
 /// With `hint-fault` among the trackers the daemon keeps a program's agent (the mover stays
 /// move_pages) and samples its pages each round: the program, which only reads its hot buffer,
 /// is tracked by hint-fault, its samples are touched, and its check of every byte passes.
 #[test]
 fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
-    let probe = json(&["daemon", "--probe", "--json"]);
-    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
-    if hint["available"] != true {
-        eprintln!("skipped: {}", hint["reason"]);
-        return;
-    }
     let dir = Dir::new("daemon-hint");
-    let sock = dir.path("sock");
-    let cfg = dir.path("strata.toml");
-    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
-    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "100", "-q", "--socket", &sock]);
-    stats_until(&sock, |v| !v["daemon"].is_null());
+    let Some((daemon, sock)) = hint_fault_daemon(&dir, "100") else { return };
     let child = Command::new(repo("build/preload/hot_writer"))
         .args(["16", "6", "16", "read"])
         .env("LD_PRELOAD", repo("build/libstrata.so"))
@@ -226,12 +240,7 @@ fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
         .spawn()
         .unwrap();
     let pid = child.id() as u64;
-    let touched = |v: &Value| {
-        v["daemon"]["processes"]
-            .as_array()
-            .and_then(|d| d.iter().find(|p| p["pid"] == pid))
-            .map_or(0, |p| p["agent"]["samples_touched"].as_u64().unwrap_or(0))
-    };
+    let touched = |v: &Value| agent_counter(v, pid, "samples_touched");
     let v = stats_until(&sock, |v| touched(v) >= 20);
     let out = child.wait_with_output().unwrap();
     let err = daemon.stop();
@@ -248,12 +257,6 @@ fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
 /// blocks are unmapped), growing and forking as it goes prints what it prints without Strata.
 #[test]
 fn python_under_hint_fault_samples_prints_what_it_prints_alone() {
-    let probe = json(&["daemon", "--probe", "--json"]);
-    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
-    if hint["available"] != true {
-        eprintln!("skipped: {}", hint["reason"]);
-        return;
-    }
     let script = "import hashlib, random, subprocess\n\
                   random.seed(7); h = hashlib.sha256(); d = {}\n\
                   for r in range(20):\n\
@@ -267,11 +270,7 @@ fn python_under_hint_fault_samples_prints_what_it_prints_alone() {
     let alone = Command::new("python3").args(["-c", script]).output().unwrap();
     assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
     let dir = Dir::new("daemon-hint-python");
-    let sock = dir.path("sock");
-    let cfg = dir.path("strata.toml");
-    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
-    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "20", "-q", "--socket", &sock]);
-    stats_until(&sock, |v| !v["daemon"].is_null());
+    let Some((daemon, sock)) = hint_fault_daemon(&dir, "20") else { return };
     let child = Command::new("python3")
         .args(["-c", script])
         .env("LD_PRELOAD", repo("build/libstrata.so"))
@@ -281,12 +280,7 @@ fn python_under_hint_fault_samples_prints_what_it_prints_alone() {
         .spawn()
         .unwrap();
     let pid = child.id() as u64;
-    let samples = |v: &Value| {
-        v["daemon"]["processes"]
-            .as_array()
-            .and_then(|d| d.iter().find(|p| p["pid"] == pid))
-            .map_or(0, |p| p["agent"]["samples"].as_u64().unwrap_or(0))
-    };
+    let samples = |v: &Value| agent_counter(v, pid, "samples");
     let v = stats_until(&sock, |v| samples(v) > 0);
     let sampled = child.wait_with_output().unwrap();
     let err = daemon.stop();
