@@ -81,7 +81,12 @@ static void track_only(uint64_t page) {
  * waiting there; noted when it was touched. */
 static void end_sample(sample_t *s, bool touched_it, bool write) {
   void *page = (void *)(uintptr_t)s->page;
-  if (_strata_uffd_move(page, slot_of(s)) != 0) STAT_ADD(sample_errors, 1); /* left in its slot */
+  int rc = _strata_uffd_move(page, slot_of(s));
+  if (rc != 0) { /* cannot happen while every path that empties or fills p returns samples first */
+    STAT_ADD(sample_errors, 1);
+    _strata_message("strata: a sampled page at %p could not be put back (%d); its data stays in the agent's slot\n",
+                    page, rc);
+  }
   track_only(s->page);
   if (s->was_clean && !write) { /* clean again: a read is no write for the daemon's scan */
     struct uffdio_writeprotect w = {.range = {s->page, PAGE_SIZE}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};

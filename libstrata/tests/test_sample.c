@@ -39,10 +39,6 @@ static void *answerer(void *arg) {
   return NULL;
 }
 
-static size_t sample(void *const *p, size_t n, uint64_t *touched, size_t *taken) {
-  return _strata_sample(p, n, touched, taken);
-}
-
 static bool pattern_ok(int i) {
   for (size_t k = 0; k < PAGE_SIZE; k++)
     if ((unsigned char)pages[i][k] != (unsigned char)(i * 7 + k / 512)) return false;
@@ -65,7 +61,7 @@ static void reads_and_writes(void) {
   CHECK(ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0);
   uint64_t touched[STRATA_AGENT_MAX_PAGES];
   size_t taken;
-  CHECK(sample((void *const *)pages, PAGES, touched, &taken) == 0);
+  CHECK(_strata_sample((void *const *)pages, PAGES, touched, &taken) == 0);
   CHECK(taken == PAGES);
   /* 0-31 read, 32-47 written, 48 filled by read(2) from a pipe, the rest untouched */
   long sum = 0;
@@ -79,7 +75,7 @@ static void reads_and_writes(void) {
   CHECK(read(fds[0], pages[48] + 300, sizeof chunk) == (ssize_t)sizeof chunk);
   close(fds[0]);
   close(fds[1]);
-  size_t got = sample(NULL, 0, touched, &taken);
+  size_t got = _strata_sample(NULL, 0, touched, &taken);
   int reads = 0, writes = 0, other = 0;
   for (size_t j = 0; j < got; j++) {
     int i = index_of(touched[j] & ~(uint64_t)1);
@@ -111,7 +107,7 @@ static void frees_remaps_forks(void) {
   memset(big, 0x77, LARGE_MIN);
   void *bp[N];
   for (int i = 0; i < N; i++) bp[i] = big + (size_t)i * PAGE_SIZE;
-  sample(bp, N, touched, &taken);
+  _strata_sample(bp, N, touched, &taken);
   CHECK(taken == N);
   strata_free(big);
   unsigned char *again = strata_calloc(1, LARGE_MIN, strata_default());
@@ -121,7 +117,7 @@ static void frees_remaps_forks(void) {
   /* grown (mremap): every byte follows */
   memset(again, 0x5A, LARGE_MIN);
   for (int i = 0; i < N; i++) bp[i] = again + (size_t)i * PAGE_SIZE;
-  sample(bp, N, touched, &taken);
+  _strata_sample(bp, N, touched, &taken);
   CHECK(taken == N);
   unsigned char *grown = strata_realloc(again, 4 * LARGE_MIN);
   int lost = 0;
@@ -129,7 +125,7 @@ static void frees_remaps_forks(void) {
   CHECK(lost == 0);
   strata_free(grown);
   /* a fork: the child sees every page whole (fork_prepare brings the samples back) */
-  sample((void *const *)pages, PAGES, touched, &taken);
+  _strata_sample((void *const *)pages, PAGES, touched, &taken);
   CHECK(taken == PAGES);
   pid_t pid = fork();
   if (pid == 0) {
@@ -140,7 +136,7 @@ static void frees_remaps_forks(void) {
   int status;
   waitpid(pid, &status, 0);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  sample(NULL, 0, touched, &taken); /* none out */
+  _strata_sample(NULL, 0, touched, &taken); /* none out */
 }
 
 /* Writers own one word of every page each; round after round of samples under them. */
@@ -173,11 +169,11 @@ static void under_writers(int rounds) {
   void *pick[PAGES / 2];
   for (int r = 0; r < rounds; r++) {
     for (int j = 0; j < PAGES / 2; j++) pick[j] = pages[rand_r(&seed) % PAGES];
-    seen += sample(pick, PAGES / 2, touched, &taken);
+    seen += _strata_sample(pick, PAGES / 2, touched, &taken);
     sampled += taken;
     usleep(200);
   }
-  seen += sample(NULL, 0, touched, &taken);
+  seen += _strata_sample(NULL, 0, touched, &taken);
   atomic_store(&stop, 1);
   for (int t = 0; t < WRITERS; t++) pthread_join(w[t], NULL);
   long bad = 0;

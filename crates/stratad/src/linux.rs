@@ -609,19 +609,21 @@ impl Linux {
         let pass = self.pass;
         for pid in pids {
             let Some(p) = self.procs.get_mut(&pid) else { continue };
-            let mut blocks: Vec<(u64, Vec<u64>)> = Vec::new();
-            for &(addr, _) in &p.nodes_last {
-                match blocks.last_mut() {
-                    Some((b, pages)) if *b == addr / HINT_BLOCK => pages.push(addr),
-                    _ => blocks.push((addr / HINT_BLOCK, vec![addr])),
-                }
-            }
+            // each block, and where its pages start in nodes_last (address order)
+            let pages = &p.nodes_last;
+            let blocks: Vec<(u64, usize)> = (0..pages.len())
+                .filter(|&i| i == 0 || pages[i].0 / HINT_BLOCK != pages[i - 1].0 / HINT_BLOCK)
+                .map(|i| (pages[i].0 / HINT_BLOCK, i))
+                .collect();
             let max = strata_sys::STRATA_AGENT_MAX_PAGES;
             let start = blocks.partition_point(|(b, _)| *b < p.hint_next);
             let chosen: Vec<u64> = (0..blocks.len().min(max))
-                .map(|i| &blocks[(start + i) % blocks.len()])
-                .map(|(b, pages)| {
-                    pages[(b.wrapping_mul(0x9E37_79B9) ^ pass.wrapping_mul(0x85EB_CA6B)) as usize % pages.len()]
+                .map(|i| (start + i) % blocks.len())
+                .map(|k| {
+                    let (b, from) = blocks[k];
+                    let to = blocks.get(k + 1).map_or(pages.len(), |n| n.1);
+                    let pick = (b.wrapping_mul(0x9E37_79B9) ^ pass.wrapping_mul(0x85EB_CA6B)) as usize % (to - from);
+                    pages[from + pick].0
                 })
                 .collect();
             p.hint_next = blocks.get((start + max) % blocks.len().max(1)).map_or(0, |(b, _)| *b);
