@@ -9,13 +9,14 @@
 //! one-thread measurement already includes). Chases through constant strides of 128 B to
 //! 256 KiB, against the random chase, give the stride prefetcher's reach and whether it
 //! crosses pages: processors differ there (an AMD EPYC core follows a 48 KiB stride across
-//! pages, Intel's cores stop at the page).
+//! pages, Intel's cores stop at the page). Chases are timed by the thread's CPU time, so that
+//! another program sharing the CPUs does not read as slower memory.
 use std::time::Instant;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use strata_util::{median, Host, Progress};
+use strata_util::{median, thread_cpu_ns, Host, Progress};
 
 use crate::Error;
 
@@ -243,9 +244,9 @@ impl Chase {
 
     /// ns per hop over the next `n` hops.
     fn ns_per_hop(&mut self, n: u64) -> f64 {
-        let t = Instant::now();
+        let t = thread_cpu_ns();
         self.hops(n);
-        t.elapsed().as_nanos() as f64 / n as f64
+        (thread_cpu_ns() - t) as f64 / n as f64
     }
 }
 
@@ -284,9 +285,9 @@ fn stride_chase(buf: &Buffer, bytes: usize, stride: usize, n: u64) -> f64 {
     }
     unsafe { *words.add(prev) = word(order[0], 0) };
     let p = hops(words, word(order[0], 0), n / 4); // warm up: the TLB's and the prefetcher's state
-    let t = Instant::now();
+    let t = thread_cpu_ns();
     hops(words, p, n);
-    t.elapsed().as_nanos() as f64 / n as f64
+    (thread_cpu_ns() - t) as f64 / n as f64
 }
 
 /// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the

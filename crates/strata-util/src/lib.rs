@@ -2,6 +2,7 @@
 //!
 //! - [`size`]: "512M" into bytes and bytes into "1.5 KiB";
 //! - [`median`]: the statistic benchmarks report (it resists a noisy run);
+//! - [`thread_cpu_ns`]: the calling thread's CPU time, for timings a busy machine must not skew;
 //! - [`Progress`]: progress lines on stderr, never mixed into data on stdout;
 //! - [`find_built`]: where `make` put a library or program;
 //! - [`Host`]: the machine a figure was measured on (CPU model first: figures are meaningless
@@ -62,6 +63,15 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// The calling thread's CPU time, ns: what a single-threaded measurement should be timed by
+/// when other programs share the CPUs (time spent preempted is not counted, as wall time is).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write; this clock exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Progress lines on stderr, "[what] message", unless quiet.

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use strata_policy::{Action, Needs, Observations, Policy};
+use strata_util::thread_cpu_ns;
 
 use crate::config::Config;
 use crate::machine::{Machine, ProcessObs};
@@ -25,13 +26,6 @@ pub struct Engine {
     mover: Mover,
     stats: Stats,
     needs: Needs,
-}
-
-/// This thread's CPU time, ns (the policy's cost on the host, not simulated).
-fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What policy `name` needs, once the configuration checks and the machine can provide it.
@@ -139,21 +133,21 @@ impl Engine {
 
     /// One round: observe, decide, move.
     pub fn tick(&mut self, m: &mut dyn Machine) {
-        let start = cpu_ns();
+        let start = thread_cpu_ns();
         let obs = self.observe(m);
         let procs = m.processes();
         let priority_of: BTreeMap<u32, i32> = procs.iter().map(|p| (p.pid, self.priority(p))).collect();
-        let t = cpu_ns();
+        let t = thread_cpu_ns();
         let now = obs.now_ns;
         let actions = self.decide(obs, &procs, &priority_of, m);
-        self.stats.policy_cpu_ns += cpu_ns() - t;
+        self.stats.policy_cpu_ns += thread_cpu_ns() - t;
         self.mover.apply(now, actions, m, &mut self.stats, &priority_of);
         self.stats.tiers = m
             .tiers()
             .iter()
             .map(|t| TierStats { tier: t.tier, capacity_bytes: t.capacity_bytes, free_bytes: t.free_bytes })
             .collect();
-        self.stats.engine_cpu_ns += cpu_ns() - start;
+        self.stats.engine_cpu_ns += thread_cpu_ns() - start;
     }
 
     /// What the machine saw this round (only what the policy needs).
