@@ -263,6 +263,10 @@ pub struct EmuStats {
     pub demoted_pages: u64,
     /// time the program's threads spent moving pages (faults, copies, shootdowns)
     pub migration_ms: f64,
+    /// the engine's statistics under an engine policy (what it saw: `samples`, `objects`, ...;
+    /// what it did), as `bench tiering`'s rows carry them
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<serde_json::Value>,
 }
 
 /// The benchmark's figures (`--json`).
@@ -574,6 +578,7 @@ fn measure_emulated(
         promoted_pages: rep.promoted_pages(),
         demoted_pages: rep.demoted_pages(),
         migration_ms: rep.totals.migrate_ps as f64 / 1e9,
+        engine: rep.engine.clone(),
     });
     Ok(row)
 }

@@ -355,6 +355,13 @@ fn ycsb_on_the_emulated_machine_under_engine_policies_and_nomad() {
         assert!(e["fast_accesses"].as_u64().unwrap() > 0 && e["far_accesses"].as_u64().unwrap() > 0, "{r}");
         // (nomad's footprint also counts its shadows)
         assert!((e["fast_bytes"].as_f64().unwrap() / footprint - 0.25).abs() < 0.01, "{r}");
+        // the engine's own statistics, under its policies only: it ran, and Ambix scanned
+        if r["config"] == "nomad" {
+            assert!(e.get("engine").is_none(), "{r}");
+        } else {
+            let n = |k: &str| e["engine"][k].as_u64().unwrap();
+            assert!(n("rounds") > 0 && n("pages_scanned") > 0, "{r}");
+        }
     }
     let ratios: Vec<&str> = v["ratios"].as_array().unwrap().iter().map(|r| r["config"].as_str().unwrap()).collect();
     assert_eq!(ratios, ["all-fast", "ambix", "ambix/transactional", "nomad"]);
