@@ -98,6 +98,7 @@ pub const STRATA_AGENT_DROP_SHADOWS: u32 = 2;
 pub const STRATA_AGENT_SAMPLE: u32 = 3;
 pub const STRATA_AGENT_FORCE: u32 = 1;
 pub const STRATA_CONTEXT_FRAMES: usize = 16;
+pub const STRATA_OBJECT_RECORD_MAX: u64 = 64 << 20;
 pub const STRATA_DIRECTIVE_DEFAULT: i32 = 0;
 pub const STRATA_DIRECTIVE_FAST: i32 = 1;
 pub const STRATA_DIRECTIVE_SLOW: i32 = 2;
@@ -283,6 +284,7 @@ mod tests {
             STRATA_AGENT_MAGIC as usize,
             STRATA_AGENT_MAX_PAGES,
             STRATA_TRACKING_MOVE as usize,
+            STRATA_OBJECT_RECORD_MAX as usize,
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };

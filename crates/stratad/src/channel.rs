@@ -5,6 +5,11 @@
 //! `/dev/shm/strata.PID (deleted)`, mapped shared. A region whose magic, version or sizes are
 //! not this build's is refused. Fields are read whole (the process updates them with relaxed
 //! atomics), not as a consistent snapshot.
+//!
+//! The region is the process's memory, so nothing read from it after the header's check is
+//! trusted: the tables' places and sizes are the checked header's, kept by the daemon, and an
+//! object record that libstrata could not have written (empty, longer than a record, or past the
+//! address space) is skipped, never walked page by page.
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -13,7 +18,7 @@ use strata_policy::{ContextObs, Directive, ObjectObs};
 use strata_sys::{
     strata_channel_header_t as Header, strata_context_t as Context, strata_object_t as Object, STRATA_CHANNEL_MAGIC,
     STRATA_CHANNEL_VERSION, STRATA_DIRECTIVE_DEFAULT, STRATA_DIRECTIVE_FAST, STRATA_DIRECTIVE_SLOW,
-    STRATA_DIRECTIVE_TIER0, STRATA_TRACKING_WP_ASYNC,
+    STRATA_DIRECTIVE_TIER0, STRATA_OBJECT_RECORD_MAX, STRATA_TRACKING_WP_ASYNC,
 };
 
 /// Why a channel could not be used.
@@ -45,6 +50,15 @@ impl Drop for Channel {
     fn drop(&mut self) {
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
+}
+
+/// Where user space ends on x86-64 with 5-level page tables (57 bits); 4-level ends lower.
+const USER_TOP: u64 = 1 << 57;
+
+/// Whether an object record is one libstrata could have written: 1 byte to a record long,
+/// within user space.
+fn sane(addr: u64, len: u64) -> bool {
+    (1..=STRATA_OBJECT_RECORD_MAX).contains(&len) && addr.checked_add(len).is_some_and(|end| end <= USER_TOP)
 }
 
 fn directive_of(raw: i32) -> Directive {
@@ -177,7 +191,8 @@ impl Channel {
         }
     }
 
-    /// The tracked objects alive now (records of 64 MiB at most), in address order.
+    /// The tracked objects alive now (records of 64 MiB at most), in address order; records
+    /// libstrata could not have written are skipped.
     pub fn objects(&self, out: &mut Vec<ObjectObs>) {
         let h = &self.header;
         let high = self.header_u64(std::mem::offset_of!(Header, objects_high)).min(h.object_capacity);
@@ -189,6 +204,9 @@ impl Channel {
                 continue;
             }
             let len = self.u64_at(o + std::mem::offset_of!(Object, len));
+            if !sane(addr, len) {
+                continue;
+            }
             let context = unsafe { *(self.base.add(o + std::mem::offset_of!(Object, context)) as *const u32) };
             out.push(ObjectObs { pid: self.pid, addr, len, context, ..ObjectObs::default() });
         }
@@ -235,6 +253,9 @@ impl Channel {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// The tests' regions are found by this process's pid: one at a time.
+    static REGIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// A region laid out as libstrata lays it out, held open (and unlinked) by this process.
     fn region(pid: i64, edit: impl FnOnce(&mut Header)) -> std::fs::File {
@@ -289,6 +310,7 @@ mod tests {
 
     #[test]
     fn a_channel_is_read_steered_and_refused_when_it_is_not_this_builds() {
+        let _one = REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
         assert_eq!(Channel::open(me).err(), Some(ChannelError::Absent(me)));
 
@@ -324,5 +346,68 @@ mod tests {
         refused(|h| h.context_bytes = 8, "sizes");
         refused(|h| h.object_capacity = 1 << 40, "do not fit");
         refused(|h| h.pid = 1, "belongs to process 1");
+    }
+    /// What a reading returns, checked against what the daemon may trust: the records it
+    /// walks are sane and the contexts are inside the table it checked.
+    fn read_all(c: &mut Channel) {
+        let (mut contexts, mut objects) = (Vec::new(), Vec::new());
+        c.contexts(&mut contexts);
+        c.objects(&mut objects);
+        assert!(contexts.iter().all(|x| x.index > 0 && (x.index as u64) < c.header.context_capacity));
+        assert!(objects.iter().all(|o| sane(o.addr, o.len)), "{objects:?}");
+        assert!(objects.windows(2).all(|w| w[0].addr <= w[1].addr));
+        let _ = (c.priority(), c.wp_async(), c.process_directive());
+    }
+
+    /// Fuzzing the channel, the input a daemon takes from any process: random bytes and
+    /// extreme words written over the header before the daemon opens it (refused, or read in
+    /// bounds), and over the whole region while the daemon reads it (the process may write
+    /// anything at any time).
+    #[test]
+    fn whatever_a_process_writes_in_its_region_the_daemon_reads_in_bounds() {
+        use std::os::unix::fs::FileExt;
+        let _one = REGIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::process::id();
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        const WORDS: [u64; 8] = [0, 1, u64::MAX, 1 << 63, 4096, STRATA_OBJECT_RECORD_MAX + 1, USER_TOP - 4096, 1 << 40];
+        // 1 to `most` writes at random places below `within`
+        let mut scribble = |f: &std::fs::File, within: u64, most: u64| {
+            for _ in 0..1 + rnd() % most {
+                let at = rnd() % within;
+                if rnd() % 2 == 0 {
+                    f.write_at(&[rnd() as u8], at).unwrap();
+                } else {
+                    let w = WORDS[(rnd() % WORDS.len() as u64) as usize];
+                    f.write_at(&w.to_ne_bytes(), at & !7).unwrap();
+                }
+            }
+        };
+        let (mut opened, mut refused) = (0, 0);
+        for _ in 0..2000 {
+            let f = region(me as i64, |_| {});
+            scribble(&f, size_of::<Header>() as u64, 3);
+            match Channel::open(me) {
+                Ok(mut c) => {
+                    opened += 1;
+                    read_all(&mut c);
+                }
+                Err(ChannelError::Bad { .. }) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(opened > 0 && refused > 0, "opened {opened}, refused {refused}");
+        let f = region(me as i64, |_| {});
+        let len = f.metadata().unwrap().len();
+        let mut c = Channel::open(me).unwrap();
+        for _ in 0..20_000 {
+            scribble(&f, len, 8);
+            read_all(&mut c);
+        }
     }
 }
