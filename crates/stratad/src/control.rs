@@ -13,13 +13,16 @@
 //! Anyone may connect (the socket is mode 0666), so that programs run by any user can announce
 //! themselves and read the status, as `ps` would show it. Changing anything (attach, detach,
 //! reload) takes root or membership of `daemon.socket_group`, checked on the peer's
-//! credentials. The server runs on a thread of its own; what needs the machine is handed to the
-//! daemon's loop, which answers between rounds (within 50 ms).
-use std::io::{BufRead, BufReader, Write};
+//! credentials. The server runs on a thread of its own, and each connection on one of its own;
+//! what needs the machine is handed to the daemon's loop, which answers between rounds (within
+//! 50 ms). Since anyone may connect, what a client can take is bounded: a line of at most
+//! `MAX_LINE` bytes (a longer one is answered with an error and the connection closed), and
+//! `MAX_CLIENTS` connections at once (more are told so and closed).
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +31,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::DaemonStatus;
 use crate::Error;
+
+/// The longest request line: requests are a few dozen bytes.
+pub const MAX_LINE: usize = 64 << 10;
+/// Connections served at once, each on a thread of its own (agents' connections, once handed
+/// to the daemon's loop, no longer count).
+pub const MAX_CLIENTS: usize = 256;
 
 /// A request on the socket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -168,16 +177,52 @@ impl Server {
         std::thread::Builder::new()
             .name("stratad-control".into())
             .spawn(move || {
-                for stream in listener.incoming().flatten() {
+                let clients = Arc::new(AtomicUsize::new(0));
+                for mut stream in listener.incoming().flatten() {
+                    if clients.fetch_add(1, Ordering::Relaxed) >= MAX_CLIENTS {
+                        clients.fetch_sub(1, Ordering::Relaxed);
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                        let _ = stream.write_all(&reply_line(&Reply::done(Err(format!(
+                            "too many connections ({MAX_CLIENTS} at once); try again"
+                        )))));
+                        continue;
+                    }
                     let (commands, status, agents) = (commands.clone(), Arc::clone(&status), Arc::clone(&wants_agents));
+                    let count = Arc::clone(&clients);
                     // a thread a connection: a slow client holds up no one else
-                    let _ = std::thread::Builder::new()
-                        .name("stratad-client".into())
-                        .spawn(move || serve(stream, gid, &commands, &status, &agents));
+                    let spawned = std::thread::Builder::new().name("stratad-client".into()).spawn(move || {
+                        serve(stream, gid, &commands, &status, &agents);
+                        count.fetch_sub(1, Ordering::Relaxed);
+                    });
+                    if spawned.is_err() {
+                        clients.fetch_sub(1, Ordering::Relaxed);
+                    }
                 }
             })
             .map_err(|e| fail("its thread", e))?;
         Ok(Server { path: path.to_path_buf() })
+    }
+}
+
+/// A reply as the line that carries it.
+fn reply_line(r: &Reply) -> Vec<u8> {
+    let mut text = serde_json::to_vec(r).expect("a reply serializes");
+    text.push(b'\n');
+    text
+}
+
+/// The next line of a connection, without its newline: None at its end (or on an error),
+/// Some(Err) for a line over `MAX_LINE` bytes (what follows it cannot be trusted to be a line).
+fn next_line(r: &mut impl BufRead) -> Option<Result<Vec<u8>, String>> {
+    let mut line = Vec::new();
+    match r.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) if line.last() == Some(&b'\n') => {
+            line.pop();
+            Some(Ok(line))
+        }
+        Ok(n) if n > MAX_LINE => Some(Err(format!("bad request: a line of over {MAX_LINE} bytes"))),
+        Ok(_) => Some(Ok(line)), // the last line, without a newline
     }
 }
 
@@ -193,12 +238,19 @@ fn serve(
     let Ok(mut out) = stream.try_clone() else { return };
     let peer = peer(&stream);
     let privileged = peer.as_ref().is_some_and(|(uid, gids)| *uid == 0 || group.is_some_and(|g| gids.contains(&g)));
-    let mut lines = BufReader::new(stream).lines();
-    while let Some(Ok(line)) = lines.next() {
-        if line.trim().is_empty() {
+    let mut input = BufReader::new(stream);
+    while let Some(line) = next_line(&mut input) {
+        let line = match line {
+            Ok(l) => l,
+            Err(why) => {
+                let _ = out.write_all(&reply_line(&Reply::done(Err(why))));
+                return;
+            }
+        };
+        if line.trim_ascii().is_empty() {
             continue;
         }
-        let reply = match serde_json::from_str::<Request>(&line) {
+        let reply = match serde_json::from_slice::<Request>(&line) {
             Err(e) => Reply::done(Err(format!("bad request: {e}"))),
             Ok(Request::Hello { pid, agent: false }) => {
                 let _ = commands.send(Command::Hello(pid));
@@ -226,9 +278,7 @@ fn serve(
             }
             Ok(r) => Reply::done(ask(commands, r)),
         };
-        let Ok(mut text) = serde_json::to_string(&reply) else { return };
-        text.push('\n');
-        if out.write_all(text.as_bytes()).is_err() {
+        if out.write_all(&reply_line(&reply)).is_err() {
             return;
         }
     }
@@ -323,5 +373,103 @@ mod tests {
         assert!(!path.exists(), "the socket goes with the server");
         assert!(request(&path, &Request::Status {}).unwrap_err().contains("no daemon answers"));
         let _ = std::fs::remove_dir_all(dir);
+    }
+    /// A server on a socket of its own for one test, whose loop has stopped (attach, detach
+    /// and reload are answered at once: "the daemon is stopping"), with a status to give.
+    fn lone_server(name: &str) -> (Server, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("strata-control-{name}-{}", std::process::id()));
+        let path = dir.join("sock");
+        let (tx, _) = mpsc::channel();
+        let status = Arc::new(Mutex::new(Some(DaemonStatus::default())));
+        (Server::start(&path, None, tx, status, Arc::new(AtomicBool::new(false))).unwrap(), path)
+    }
+
+    #[test]
+    fn what_one_client_can_take_is_bounded() {
+        let (server, path) = lone_server("bounds");
+        // a line longer than MAX_LINE: an error, and the connection is closed
+        let mut s = UnixStream::connect(&path).unwrap();
+        let long = vec![b'x'; MAX_LINE + 10];
+        let writer = {
+            let mut s = s.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let _ = s.write_all(&long);
+                let _ = s.write_all(b"\n{\"op\":\"status\"}\n");
+            })
+        };
+        let mut replies = String::new();
+        let _ = s.read_to_string(&mut replies);
+        writer.join().unwrap();
+        assert_eq!(replies.lines().count(), 1, "{replies}");
+        assert!(replies.contains("a line of over"), "{replies}");
+        // MAX_CLIENTS connections held open: the next one is told so, and once they close a
+        // new one is served
+        let held: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        let mut reply = String::new();
+        BufReader::new(UnixStream::connect(&path).unwrap()).read_line(&mut reply).unwrap();
+        assert!(reply.contains("too many connections"), "{reply}");
+        drop(held);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while request(&path, &Request::Status {}).map_or(true, |r| !r.ok) {
+            assert!(std::time::Instant::now() < deadline, "the server did not take connections again");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(server);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Fuzzing the socket, which anyone may write to: mutated requests, random bytes and
+    /// invalid UTF-8 get at most one reply a line, each a JSON object, and the server goes on.
+    #[test]
+    fn any_bytes_on_the_socket_get_json_replies_and_the_server_goes_on() {
+        let (server, path) = lone_server("fuzz");
+        let valid: &[&[u8]] = &[
+            br#"{"op":"status"}"#,
+            br#"{"op":"hello","pid":12}"#,
+            br#"{"op":"hello","pid":12,"agent":true}"#,
+            br#"{"op":"attach","pid":7,"priority":-10}"#,
+            br#"{"op":"detach","pid":7}"#,
+            br#"{"op":"reload"}"#,
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut input, mut lines) = (Vec::new(), 0);
+        for _ in 0..3000 {
+            let mut l = valid[(rnd() % valid.len() as u64) as usize].to_vec();
+            for _ in 0..rnd() % 4 {
+                let i = (rnd() % (l.len() as u64 + 1)) as usize;
+                match rnd() % 4 {
+                    0 if i < l.len() => l[i] = rnd() as u8,
+                    1 if i < l.len() => l[i] = b"{}[]:,\"0123456789-e."[(rnd() % 20) as usize],
+                    2 => l.truncate(i),
+                    _ => l.insert(i, rnd() as u8),
+                }
+            }
+            l.retain(|&b| b != b'\n');
+            input.extend_from_slice(&l);
+            input.push(b'\n');
+            lines += 1;
+        }
+        let mut s = UnixStream::connect(&path).unwrap();
+        let reader = {
+            let s = s.try_clone().unwrap();
+            std::thread::spawn(move || BufReader::new(s).lines().map(Result::unwrap).collect::<Vec<String>>())
+        };
+        s.write_all(&input).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let replies = reader.join().unwrap();
+        assert!(!replies.is_empty() && replies.len() <= lines, "{} replies to {lines} lines", replies.len());
+        for r in &replies {
+            let v: serde_json::Value = serde_json::from_str(r).unwrap_or_else(|e| panic!("{e}: {r}"));
+            assert!(v.get("ok").is_some() || v.get("agent").is_some(), "{r}");
+        }
+        assert!(request(&path, &Request::Status {}).unwrap().ok, "the server goes on");
+        drop(server);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }
