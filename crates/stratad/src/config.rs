@@ -489,4 +489,146 @@ mod tests {
         assert_eq!(d, dram_first::Config::default());
         assert_eq!(parse_config::<strata::Config>("strata", table("strata")).unwrap(), strata::Config::default());
     }
+    /// A small two-node machine's observations for round `r`: pages scanned, samples, one
+    /// object, one context, counters.
+    fn small_machine(r: u64) -> strata_policy::Observations {
+        use strata_policy::{tiers_of, ContextObs, Counters, NodeObs, ObjectObs, Observations, PageObs, Sample};
+        const MIB: u64 = 1 << 20;
+        let nodes = vec![
+            NodeObs { node: 0, tier: 0, distance: 10, capacity_bytes: 64 * MIB, free_bytes: 8 * MIB },
+            NodeObs { node: 1, tier: 1, distance: 20, capacity_bytes: 256 * MIB, free_bytes: 200 * MIB },
+        ];
+        let base = 0x7f00_0000_0000u64;
+        let pages = (0..64u64)
+            .map(|i| PageObs {
+                pid: 1,
+                addr: base + i * 4096,
+                tier: (i % 2) as u8,
+                node: (i % 2) as u8,
+                accessed: (i + r).is_multiple_of(3),
+                dirty: (i + r).is_multiple_of(5),
+            })
+            .collect();
+        let samples = (0..32u64)
+            .map(|i| Sample {
+                pid: 1,
+                addr: base + (i % 48) * 4096,
+                tier: (i % 2) as u8,
+                time_ns: r * 1000 + i,
+                store: i % 4 == 0,
+            })
+            .collect();
+        Observations {
+            now_ns: r * 1_000_000_000,
+            page_bytes: 4096,
+            tiers: tiers_of(&nodes),
+            nodes,
+            pages,
+            scan_complete: !r.is_multiple_of(2),
+            samples,
+            hint_faults: Vec::new(),
+            objects: vec![ObjectObs {
+                pid: 1,
+                addr: base,
+                len: 32 * 4096,
+                context: 1,
+                resident_bytes: 32 * 4096,
+                fast_bytes: 16 * 4096,
+            }],
+            contexts: vec![ContextObs {
+                pid: 1,
+                index: 1,
+                id: 7,
+                size_class: 0,
+                allocs: 10 + r,
+                frees: r,
+                live_bytes: 32 * 4096,
+                bytes_allocated: (10 + r) * 4096,
+                directive: strata_policy::Directive::Default,
+            }],
+            counters: Some(Counters { accesses: 1000 * (r + 1), llc_misses: 100 * (r + 1) * (r + 1) }),
+        }
+    }
+
+    /// Fuzzing the configuration file, which comes from the user: the example with values
+    /// swapped for extreme ones, lines dropped or doubled, characters changed. Each is refused
+    /// with a message, or it checks, makes its policy, and the policy runs rounds.
+    #[test]
+    fn mutated_configurations_are_refused_or_run() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/strata.toml");
+        let text = std::fs::read_to_string(p).unwrap();
+        const VALUES: [&str; 20] = [
+            "0",
+            "-1",
+            "1",
+            "0.0",
+            "-0.5",
+            "1e309",
+            "nan",
+            "inf",
+            "-inf",
+            "18446744073709551615",
+            "99999999999999999999",
+            "\"\"",
+            "\"x\"",
+            "[]",
+            "{}",
+            "true",
+            "1e-300",
+            "4294967296",
+            "2.5",
+            "-9223372036854775808",
+        ];
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        let mut rnd = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let (mut ran, mut refused) = (0, 0);
+        for _ in 0..10_000 {
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            for _ in 0..1 + rnd(3) {
+                let k = rnd(lines.len());
+                match rnd(6) {
+                    0..=2 => {
+                        if let Some((key, _)) = lines[k].split_once('=') {
+                            lines[k] = format!("{key}= {}", VALUES[rnd(VALUES.len())]);
+                        }
+                    }
+                    3 => {
+                        lines.remove(k);
+                    }
+                    4 => lines.insert(k, lines[k].clone()),
+                    _ => {
+                        let mut b = lines[k].clone().into_bytes();
+                        if !b.is_empty() {
+                            let i = rnd(b.len());
+                            b[i] = b"[]=\"#.,-0 x"[rnd(11)];
+                        }
+                        lines[k] = String::from_utf8_lossy(&b).into_owned();
+                    }
+                }
+            }
+            let t = lines.join("\n");
+            let policy = strata_policy::POLICIES[rnd(strata_policy::POLICIES.len())];
+            match Config::parse(&t, policy) {
+                Ok(c) => {
+                    c.check(policy).unwrap();
+                    let mut p = c.make_policy(policy).unwrap_or_else(|e| panic!("{policy}: {e}\n{t}"));
+                    for r in 0..4 {
+                        p.decide(&small_machine(r));
+                    }
+                    ran += 1;
+                }
+                Err(Error::Config(m)) => {
+                    assert!(!m.is_empty());
+                    refused += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(ran > 300 && refused > 300, "ran {ran}, refused {refused}");
+    }
 }
