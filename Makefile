@@ -18,7 +18,7 @@ BUILD   := build
 LIB_SRC := $(wildcard libstrata/*.c libstrata/alloc/*.c libstrata/agent/*.c libstrata/channel/*.c libstrata/machine/*.c libstrata/context/*.c libstrata/util/*.c)
 SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the shared library only
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h libstrata/util/uapi.h
-C_TESTS := test_api test_stress test_invariants test_migrate test_sample
+C_TESTS := test_api test_stress test_invariants test_migrate test_sample test_rules
 
 .PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
@@ -161,6 +161,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_migrate 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_migrate 40; fi; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_sample 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_sample 40; fi; \
 	  STRATA_COLOUR=1 $(BUILD)/$$f/test_stress 3 60000; \
+	  if [ $$f = tsan ]; then $(BUILD)/$$f/test_rules 2000; else $(BUILD)/$$f/test_rules; fi; \
 	done
 	@echo "== transparent mode (LD_PRELOAD=$(BUILD)/libstrata.so)"
 	@set -e; so=$(CURDIR)/$(BUILD)/libstrata.so; \
