@@ -9,6 +9,7 @@
  * the host side can compile it alone. */
 #include "emu.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,7 +176,11 @@ static int fail(char *err, size_t n, const char *what, const char *s, size_t len
 }
 #define SEE_SETTINGS " (see `strata emu settings`)"
 
-static int parse_num(const char *s, const char *end, int integer, double *out) {
+/* A setting's value (`type` its field's): a finite number >= 0, with a K, M or G suffix for a
+ * whole-number field, whose value must then be whole and within what the field holds (a
+ * conversion out of range would be undefined). -1 otherwise. */
+static int parse_num(const char *s, const char *end, int type, double *out) {
+  int integer = type != T_DOUBLE && type != T_DLIST;
   char buf[64];
   size_t n = (size_t)(end - s);
   if (!n || n >= sizeof buf) return -1;
@@ -191,7 +196,9 @@ static int parse_num(const char *s, const char *end, int integer, double *out) {
   } else if (*e) {
     return -1;
   }
-  if (v < 0 || v != v) return -1;
+  if (!(v >= 0 && v <= DBL_MAX)) return -1; /* negative, NaN or infinite */
+  if (integer && (v >= (type == T_INT ? 2147483648.0 : 18446744073709551616.0) || (double)(uint64_t)v != v))
+    return -1;
   *out = v;
   return 0;
 }
@@ -228,12 +235,11 @@ static int parse_setting(emu_config_t *c, const char *s, size_t n, int first, ch
     if (strlen(settings[i].key) != klen || strncmp(settings[i].key, s, klen)) continue;
     char *field = (char *)c + settings[i].off;
     int type = settings[i].type, list = type == T_DLIST || type == T_ULIST;
-    int integer = type != T_DOUBLE && type != T_DLIST;
     for (int k = 0; v <= vend; k++) {
       const char *comma = memchr(v, ',', (size_t)(vend - v));
       const char *e = comma ? comma : vend;
       double x;
-      if (parse_num(v, e, integer, &x) || k >= (list ? EMU_MAX_NODES : 1))
+      if (parse_num(v, e, type, &x) || k >= (list ? EMU_MAX_NODES : 1))
         return fail(err, errlen, "bad value in", s, n);
       if (type == T_DOUBLE) *(double *)field = x;
       else if (type == T_U64) *(uint64_t *)field = (uint64_t)x;

@@ -537,6 +537,67 @@ static void test_nomad(void) {
   CHECK(p[0] == 1 && p[PAGE] == 2);
 }
 
+/* The settings string (STRATA_EMU, `strata emu run --set`) comes from the user: valid ones are
+ * taken, values a field cannot hold are refused (not converted with undefined behaviour), and
+ * 20,000 mutations of valid strings are each refused with a message or give a machine the
+ * checks accept. */
+static void test_settings(void) {
+  emu_config_t cfg;
+  char err[256];
+#define PARSE(s) (emu_config_defaults(&cfg), err[0] = 0, emu_config_parse(&cfg, (s), err, sizeof err))
+  CHECK(PARSE("preset=m2t capacity=64M,1G") == 0 && cfg.cap_bytes[0] == 64ull << 20);
+  CHECK(PARSE("preset=dram-first") == 0 && cfg.nnodes == 3);
+  CHECK(PARSE("l1=1.5K l1_ways=8") == 0 && cfg.l1_bytes == 1536);
+  const char *bad[] = {"capacity=1e30,1G", "nodes=1e10",  "nodes=4294967297", "l1=inf", "epoch_ns=nan",
+                       "epoch_ns=inf",     "capacity=-1", "nodes=2.5",        "l1=100.5", "capacity=1e400",
+                       "read_ns=1e309",    "llc=18446744073709551616", "capacity=17179869184G"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = PARSE(bad[i]);
+    CHECK(rc == -1 && strstr(err, "bad value"));
+    if (rc != -1) fprintf(stderr, "  accepted '%s'\n", bad[i]);
+  }
+  const char *valid[] = {"preset=m2t capacity=64M,1G llc=8M llc_ways=16 kernel=1 tpp_scan_period_ns=1e8",
+                         "nodes=3 read_ns=84.6,156,305 capacity=32G,32G,64G tier=0,0,1 distance=10,21,17",
+                         "preset=host l1=48K l1_ways=12 mlp=10 stride_mlp=4 epoch_ns=100000"};
+  static const char alphabet[] = " =,.-eE0123456789KMG";
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+#define RND(n) (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x % (n))
+  int taken = 0, refused = 0, wrong = 0;
+  for (int r = 0; r < 20000; r++) {
+    char s[512];
+    const char *v = valid[RND(3)];
+    size_t len = strlen(v);
+    memcpy(s, v, len + 1);
+    for (uint64_t m = 0, n = 1 + RND(2); m < n; m++) {
+      size_t i = (size_t)RND(len + 1);
+      if (RND(3) == 0 && i < len) { /* delete */
+        memmove(s + i, s + i + 1, len - i);
+        len--;
+      } else if (len + 2 < sizeof s) { /* insert or change a character */
+        char ch = RND(4) == 0 ? (char)(1 + RND(255)) : alphabet[RND(sizeof alphabet - 1)];
+        if (RND(2) && i < len) s[i] = ch;
+        else {
+          memmove(s + i + 1, s + i, len - i + 1);
+          s[i] = ch;
+          len++;
+        }
+      }
+    }
+    if (PARSE(s) == 0) {
+      taken++;
+      wrong += cfg.nnodes < 1 || cfg.nnodes > EMU_MAX_NODES || cfg.cap_bytes[cfg.nnodes - 1] == 0 || !(cfg.epoch_ns > 0);
+    } else {
+      refused++;
+      wrong += !err[0];
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(taken > 200 && refused > 1000);
+  printf("settings fuzz: 20000 strings, %d taken, %d refused\n", taken, refused);
+#undef RND
+#undef PARSE
+}
+
 int main(void) {
   test_lru();
   test_lru_ways();
@@ -555,5 +616,6 @@ int main(void) {
   test_tpp();
   test_transactional();
   test_nomad();
+  test_settings();
   return check_done("test_emu");
 }
