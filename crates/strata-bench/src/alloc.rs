@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use strata_sys as sys;
-use strata_util::{find_built, median, Progress};
+use strata_util::{find_built, median, Progress, XorShift};
 
 use strata_util::io;
 
@@ -94,12 +94,10 @@ fn system_lib(soname: &str) -> Option<std::path::PathBuf> {
 }
 
 fn sizes(seed: u64, n: usize, min_log: u32, max_log: u32) -> Vec<usize> {
-    let mut s = seed | 1;
+    let mut x = XorShift::new(seed | 1);
     (0..n)
         .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
+            let s = x.next_u64();
             let lg = min_log + (s % (max_log - min_log + 1) as u64) as u32;
             let base = 1usize << lg;
             base + (s >> 20) as usize % base

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use strata_util::size::{format as bytes, parse as parse_size};
-use strata_util::{find_built, Progress};
+use strata_util::{find_built, Progress, XorShift};
 use stratad::agent::{Agent, AgentCounters};
 
 use crate::{ensure, failed, Error};
@@ -386,13 +386,10 @@ fn access_loop(
 ) -> Accesses {
     let mut a =
         Accesses { hists: vec![new_histogram(), new_histogram()], sums: vec![0, 0], lost: 0, last: vec![0; pages] };
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1); // xorshift
+    let mut x = XorShift::new(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let p = (x % pages as u64) as usize;
+        let p = x.below(pages as u64) as usize;
         let word = &buf[skip + p * WORDS + t];
         n += 1;
         let write = n.is_multiple_of(write_every);

@@ -129,13 +129,8 @@ fn parser_survives_any_mutation_of_valid_requests() {
         b"PING hello world\r\n",
         b"*1\r\n$7\r\nHGETALL\r\n",
     ];
-    let mut s = 0x1234_5678_9abc_def0u64;
-    let mut rnd = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut x = strata_util::XorShift::new(0x1234_5678_9abc_def0);
+    let mut rnd = || x.next_u64();
     for _ in 0..200_000 {
         let mut buf: Vec<u8> = Vec::new();
         for _ in 0..(rnd() % 4 + 1) {

@@ -3,6 +3,7 @@
 //! - [`size`]: "512M" into bytes and bytes into "1.5 KiB";
 //! - [`median`]: the statistic benchmarks report (it resists a noisy run);
 //! - [`thread_cpu_ns`]: the calling thread's CPU time, for timings a busy machine must not skew;
+//! - [`XorShift`]: the seeded pseudo-random stream workloads and fuzz tests draw from;
 //! - [`Progress`]: progress lines on stderr, never mixed into data on stdout;
 //! - [`find_built`]: where `make` put a library or program;
 //! - [`Host`]: the machine a figure was measured on (CPU model first: figures are meaningless
@@ -74,6 +75,35 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Marsaglia's xorshift64 (shifts 13, 7, 17): a cheap, seeded, repeatable stream for workloads
+/// and fuzz tests, not for anything that must be unpredictable.
+#[derive(Clone, Copy, Debug)]
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// The stream from `seed` (0, which would stay 0, starts as 1).
+    pub fn new(seed: u64) -> XorShift {
+        XorShift(seed.max(1))
+    }
+
+    /// The next number.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let mut s = self.0;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        self.0 = s;
+        s
+    }
+
+    /// The next number reduced to `0..n` (n > 0).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
 /// Progress lines on stderr, "[what] message", unless quiet.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
@@ -100,6 +130,14 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xorshift_is_marsaglias() {
+        let mut x = XorShift::new(1);
+        assert_eq!(x.next_u64(), 1_082_269_761); // 1 -> 8193 -> 8257 -> 8257 ^ 8257 << 17
+        assert_eq!(XorShift::new(0).next_u64(), 1_082_269_761);
+        assert!((0..1000).all(|_| x.below(7) < 7));
+    }
 
     #[test]
     fn dates_from_days() {

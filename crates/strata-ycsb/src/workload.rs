@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use strata_util::XorShift;
+
 use crate::zipf::{scramble, Rng, Zipf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -181,13 +183,11 @@ pub fn key_name(keynum: u64, hashed: bool) -> String {
 
 /// Deterministic field bytes for a key and a version (checkable after a read).
 pub fn fill_field(buf: &mut [u8], keynum: u64, field: usize, version: u64) {
-    let mut s = keynum.wrapping_mul(31).wrapping_add(field as u64).wrapping_add(version << 20) | 1;
+    let mut x = XorShift::new(keynum.wrapping_mul(31).wrapping_add(field as u64).wrapping_add(version << 20) | 1);
     // eight letters per xorshift step, stored a word at a time (one store per 8 bytes keeps
     // the emulated machine's count of the client's own stores small)
     for chunk in buf.chunks_mut(8) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        let s = x.next_u64();
         let mut w = 0u64;
         for i in 0..8 {
             w |= u64::from(b'a' + ((s >> (8 * i)) as u8 % 26)) << (8 * i);

@@ -368,13 +368,8 @@ mod tests {
         use std::os::unix::fs::FileExt;
         let _one = REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut x = strata_util::XorShift::new(0x9e37_79b9_7f4a_7c15);
+        let mut rnd = move || x.next_u64();
         const WORDS: [u64; 8] = [0, 1, u64::MAX, 1 << 63, 4096, STRATA_OBJECT_RECORD_MAX + 1, USER_TOP - 4096, 1 << 40];
         // 1 to `most` writes at random places below `within`
         let mut scribble = |f: &std::fs::File, within: u64, most: u64| {

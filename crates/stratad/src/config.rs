@@ -579,13 +579,8 @@ mod tests {
             "2.5",
             "-9223372036854775808",
         ];
-        let mut x = 0x0123_4567_89ab_cdefu64;
-        let mut rnd = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n as u64) as usize
-        };
+        let mut x = strata_util::XorShift::new(0x0123_4567_89ab_cdef);
+        let mut rnd = move |n: usize| x.below(n as u64) as usize;
         let (mut ran, mut refused) = (0, 0);
         for _ in 0..10_000 {
             let mut lines: Vec<String> = text.lines().map(str::to_string).collect();

@@ -431,13 +431,8 @@ mod tests {
             br#"{"op":"detach","pid":7}"#,
             br#"{"op":"reload"}"#,
         ];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut x = strata_util::XorShift::new(0x2545_f491_4f6c_dd1d);
+        let mut rnd = move || x.next_u64();
         let (mut input, mut lines) = (Vec::new(), 0);
         for _ in 0..3000 {
             let mut l = valid[(rnd() % valid.len() as u64) as usize].to_vec();
