@@ -127,7 +127,7 @@ emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar $(EMU_OBJS)
 	STRATA_EMU="$(EMU_TEST_MACHINE)" $(BUILD)/emu/test_emu_scalar
 
 emu-test: emu emu-unit
-	cargo test --release -p strata-cli --test emu
+	cargo test --release -p strata-cli --test emu --test emu_validate
 
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \

@@ -204,36 +204,6 @@ fn the_locality_benchmark_runs_on_emulated_tiers() {
     assert!(v["totals"]["dtlb_misses"].as_u64().unwrap() > 0);
 }
 
-/// The validation, small and with loose bounds (the real figures are in the README).
-#[test]
-fn validate_quick_is_close_to_cachegrind_and_to_native() {
-    let v = json_of(strata().args(["emu", "validate", "--quick", "--repeat", "2", "--json", "--quiet"]));
-    let err = v["max_miss_rel_err"].as_f64().unwrap();
-    assert!(err < 0.05, "miss counts {err} away from cachegrind");
-    let (n, e) = (v["layout_speedup_native"].as_f64().unwrap(), v["layout_speedup_emulated"].as_f64().unwrap());
-    // (natively 2.0-2.2x on an AMD EPYC host, whose prefetcher follows the malloc lists' stride)
-    assert!(n > 1.3 && e > 1.3, "next_to lists must be faster both ways: native {n}, emulated {e}");
-    assert!(v["accesses_per_sec"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["workloads"].as_array().unwrap().len(), 3);
-    // two runs each side; the speed figures come from the fastest, the speed-ups are medians
-    let l = &v["layout"];
-    let runs = |k: &str| l[k].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
-    let (nat, emu) = (runs("native_runs_s"), runs("emulated_runs_s"));
-    assert_eq!((nat.len(), emu.len()), (2, 2));
-    assert_eq!(l["emulated_s"].as_f64().unwrap(), emu[0].min(emu[1]));
-    assert_eq!(l["native_s"].as_f64().unwrap(), nat[0].min(nat[1]));
-    // the native speed is the ceiling the emulator's is measured against
-    let (acc, aps) = (l["accesses"].as_f64().unwrap(), l["native_accesses_per_sec"].as_f64().unwrap());
-    assert_eq!(aps, acc / nat[0].min(nat[1]));
-    let (top, top_native) = (v["accesses_per_sec"].as_f64().unwrap(), v["native_accesses_per_sec"].as_f64().unwrap());
-    let slowdown = v["slowdown"].as_f64().unwrap();
-    assert!((top * slowdown / top_native - 1.0).abs() < 1e-9, "{top} x {slowdown} vs {top_native}");
-    let sp = runs("native_speedups");
-    assert_eq!(n, (sp[0] + sp[1]) / 2.0);
-    let esp = runs("emulated_speedups");
-    assert_eq!(esp[0], esp[1], "a single-threaded emulated run repeats exactly");
-}
-
 /// A quiet YCSB run on the emulator has no progress thread: only main, the load's worker and
 /// the run's (a progress thread's wall-clock wake-ups would be modelled too, and made the
 /// emulated counts vary with the host's load: next_to's page walks once rose above std's).
