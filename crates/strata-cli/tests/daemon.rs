@@ -27,6 +27,13 @@ fn repo(p: &str) -> String {
     format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `program` under Strata (libstrata preloaded), announcing itself to the daemon on `sock`.
+fn under_strata(program: &str, sock: &str) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_PRELOAD", repo("build/libstrata.so")).env("STRATA_DAEMON_SOCKET", sock);
+    c
+}
+
 /// A folder of the test's own, removed when dropped.
 struct Dir(PathBuf);
 
@@ -139,11 +146,9 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
 fn stats_shows_a_process_under_strata_and_the_running_daemons_status() {
     let dir = Dir::new("daemon-stats");
     let sock = dir.path("sock");
-    let mut child = Command::new("sh")
+    let mut child = under_strata("sh", &sock)
         .args(["-c", "x=$(head -c 200000 /dev/zero | tr '\\0' a); sleep 20"])
-        .env("LD_PRELOAD", repo("build/libstrata.so"))
         .env("STRATA_PRIORITY", "low")
-        .env("STRATA_DAEMON_SOCKET", &sock)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -184,10 +189,8 @@ fn a_process_started_under_strata_announces_itself_to_a_running_daemon() {
     std::fs::write(&cfg, "[daemon]\npolicy = \"first-touch\"\ndiscovery_ms = 100000\n").unwrap();
     let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "20", "-q", "--socket", &sock]);
     stats_until(&sock, |v| !v["daemon"].is_null());
-    let mut child = Command::new("sh")
+    let mut child = under_strata("sh", &sock)
         .args(["-c", "x=$(head -c 100000 /dev/zero | tr '\\0' a); sleep 20"])
-        .env("LD_PRELOAD", repo("build/libstrata.so"))
-        .env("STRATA_DAEMON_SOCKET", &sock)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -232,10 +235,8 @@ fn agent_counter(v: &Value, pid: u64, key: &str) -> u64 {
 fn the_hint_fault_tracker_samples_a_program_that_only_reads() {
     let dir = Dir::new("daemon-hint");
     let Some((daemon, sock)) = hint_fault_daemon(&dir, "100") else { return };
-    let child = Command::new(repo("build/preload/hot_writer"))
+    let child = under_strata(&repo("build/preload/hot_writer"), &sock)
         .args(["16", "6", "16", "read"])
-        .env("LD_PRELOAD", repo("build/libstrata.so"))
-        .env("STRATA_DAEMON_SOCKET", &sock)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -271,10 +272,8 @@ fn python_under_hint_fault_samples_prints_what_it_prints_alone() {
     assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
     let dir = Dir::new("daemon-hint-python");
     let Some((daemon, sock)) = hint_fault_daemon(&dir, "20") else { return };
-    let child = Command::new("python3")
+    let child = under_strata("python3", &sock)
         .args(["-c", script])
-        .env("LD_PRELOAD", repo("build/libstrata.so"))
-        .env("STRATA_DAEMON_SOCKET", &sock)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -388,10 +387,8 @@ fn the_metrics_endpoint_serves_what_stats_json_shows() {
     let dir = Dir::new("daemon-metrics");
     let sock = dir.path("sock");
     let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
-    let mut child = Command::new("sh")
+    let mut child = under_strata("sh", &sock)
         .args(["-c", "x=$(head -c 300000 /dev/zero | tr '\\0' a); sleep 20"])
-        .env("LD_PRELOAD", repo("build/libstrata.so"))
-        .env("STRATA_DAEMON_SOCKET", &sock)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

@@ -162,10 +162,6 @@ mod tests {
     use std::path::PathBuf;
     use std::process::{Command, Stdio};
 
-    /// A program under Strata offers its agent to a "daemon" (this test), which moves every page
-    /// of the buffer the program keeps writing, five times over at least (forced: one node
-    /// here); pages written while copied abort, and the program's own check of every byte at the
-    /// end passes.
     /// The agent tests run busy programs: one at a time, so each has the CPUs its assertions
     /// count on (a writer fast enough to make copies abort).
     static BUSY: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -218,6 +214,10 @@ mod tests {
         objects
     }
 
+    /// A program under Strata offers its agent to a "daemon" (this test), which moves every page
+    /// of the buffer the program keeps writing, five times over at least (forced: one node
+    /// here); pages written while copied abort, and the program's own check of every byte at the
+    /// end passes.
     #[test]
     fn an_agent_moves_a_written_buffer_transactionally_and_nothing_is_lost() {
         let _one = BUSY.lock().unwrap_or_else(|e| e.into_inner());

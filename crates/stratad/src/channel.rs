@@ -347,6 +347,7 @@ mod tests {
         refused(|h| h.object_capacity = 1 << 40, "do not fit");
         refused(|h| h.pid = 1, "belongs to process 1");
     }
+
     /// What a reading returns, checked against what the daemon may trust: the records it
     /// walks are sane and the contexts are inside the table it checked.
     fn read_all(c: &mut Channel) {
@@ -369,16 +370,15 @@ mod tests {
         let _one = REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
         let mut x = strata_util::XorShift::new(0x9e37_79b9_7f4a_7c15);
-        let mut rnd = move || x.next_u64();
         const WORDS: [u64; 8] = [0, 1, u64::MAX, 1 << 63, 4096, STRATA_OBJECT_RECORD_MAX + 1, USER_TOP - 4096, 1 << 40];
         // 1 to `most` writes at random places below `within`
         let mut scribble = |f: &std::fs::File, within: u64, most: u64| {
-            for _ in 0..1 + rnd() % most {
-                let at = rnd() % within;
-                if rnd() % 2 == 0 {
-                    f.write_at(&[rnd() as u8], at).unwrap();
+            for _ in 0..1 + x.below(most) {
+                let at = x.below(within);
+                if x.below(2) == 0 {
+                    f.write_at(&[x.next_u64() as u8], at).unwrap();
                 } else {
-                    let w = WORDS[(rnd() % WORDS.len() as u64) as usize];
+                    let w = WORDS[x.below(WORDS.len() as u64) as usize];
                     f.write_at(&w.to_ne_bytes(), at & !7).unwrap();
                 }
             }

@@ -552,7 +552,7 @@ mod tests {
 
     /// Fuzzing the configuration file, which comes from the user: the example with values
     /// swapped for extreme ones, lines dropped or doubled, characters changed. Each is refused
-    /// with a message, or it checks, makes its policy, and the policy runs rounds.
+    /// with a message, or (it checked) it makes its policy, and the policy runs rounds.
     #[test]
     fn mutated_configurations_are_refused_or_run() {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/strata.toml");
@@ -610,7 +610,6 @@ mod tests {
             let policy = strata_policy::POLICIES[rnd(strata_policy::POLICIES.len())];
             match Config::parse(&t, policy) {
                 Ok(c) => {
-                    c.check(policy).unwrap();
                     let mut p = c.make_policy(policy).unwrap_or_else(|e| panic!("{policy}: {e}\n{t}"));
                     for r in 0..4 {
                         p.decide(&small_machine(r));

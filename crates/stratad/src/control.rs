@@ -374,6 +374,7 @@ mod tests {
         assert!(request(&path, &Request::Status {}).unwrap_err().contains("no daemon answers"));
         let _ = std::fs::remove_dir_all(dir);
     }
+
     /// A server on a socket of its own for one test, whose loop has stopped (attach, detach
     /// and reload are answered at once: "the daemon is stopping"), with a status to give.
     fn lone_server(name: &str) -> (Server, PathBuf) {
@@ -432,17 +433,17 @@ mod tests {
             br#"{"op":"reload"}"#,
         ];
         let mut x = strata_util::XorShift::new(0x2545_f491_4f6c_dd1d);
-        let mut rnd = move || x.next_u64();
+        let mut below = |n: usize| x.below(n as u64) as usize;
         let (mut input, mut lines) = (Vec::new(), 0);
         for _ in 0..3000 {
-            let mut l = valid[(rnd() % valid.len() as u64) as usize].to_vec();
-            for _ in 0..rnd() % 4 {
-                let i = (rnd() % (l.len() as u64 + 1)) as usize;
-                match rnd() % 4 {
-                    0 if i < l.len() => l[i] = rnd() as u8,
-                    1 if i < l.len() => l[i] = b"{}[]:,\"0123456789-e."[(rnd() % 20) as usize],
+            let mut l = valid[below(valid.len())].to_vec();
+            for _ in 0..below(4) {
+                let i = below(l.len() + 1);
+                match below(4) {
+                    0 if i < l.len() => l[i] = below(256) as u8,
+                    1 if i < l.len() => l[i] = b"{}[]:,\"0123456789-e."[below(20)],
                     2 => l.truncate(i),
-                    _ => l.insert(i, rnd() as u8),
+                    _ => l.insert(i, below(256) as u8),
                 }
             }
             l.retain(|&b| b != b'\n');
