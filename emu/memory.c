@@ -564,9 +564,10 @@ static void demote_cold(void) {
   uint64_t target = cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high);
   uint64_t demoted = 0, ps = 0;
   pte_t *p;
-  /* at most two sweeps over the address space (the second sees cleared bits) */
-  for (size_t leaves = 0;
-       atomic_load(&emu_resident[0]) > target && (p = hand_take(&clock_hand, &leaves, 2 * EMU_TOP_ENTRIES));) {
+  /* at most two sweeps over the address space, so that every page is seen twice (the second
+   * time with its bit cleared): two laps, and the rest of the leaf the hand started in */
+  for (size_t leaves = 0; atomic_load(&emu_resident[0]) > target &&
+                          (p = hand_take(&clock_hand, &leaves, 2 * EMU_TOP_ENTRIES + 1));) {
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT) || p->node != 0) continue;
     if (f & STRATA_EMU_ACCESSED) {
