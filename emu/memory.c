@@ -653,6 +653,10 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
     return;
   }
   atomic_fetch_and(&pte->flags, (uint8_t)~STRATA_EMU_HINT);
+  if (!tpp_like()) { /* marked by a tpp mode since switched off (tests switch modes): no fault */
+    pthread_mutex_unlock(&mem_lock);
+    return;
+  }
   t->hint_faults++;
   t->clock_ps += (uint64_t)emu_ps(emu_cfg.tpp_hint_fault_ns);
   int from = pte->node, promoted = 0;
