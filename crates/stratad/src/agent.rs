@@ -311,4 +311,75 @@ mod tests {
         assert_eq!((cold_touched, writes), (0, 0), "the cold buffer is never touched, nothing is written");
         assert!(a.counters.samples >= pages.len() as u64 * 9, "{:?}", a.counters);
     }
+
+    /// A process's agent answers what the process chooses, so the daemon treats the bytes as
+    /// untrusted: 5,000 replies, valid or mutated (random bytes, counts far off, cut short,
+    /// bytes flipped), each played by a fake agent that then closes. Every call returns a status
+    /// for each page asked, at most STRATA_AGENT_MAX_PAGES samples, or an error; none panics,
+    /// allocates by a count it was told, or waits past the close.
+    #[test]
+    fn whatever_an_agent_answers_the_daemon_takes_in_bounds_or_refuses() {
+        let mut x = strata_util::XorShift::new(0x6a09_e667_f3bc_c908);
+        let max = STRATA_AGENT_MAX_PAGES;
+        let (mut ok, mut refused) = (0, 0);
+        for _ in 0..5000 {
+            let op = x.below(3);
+            let pages: Vec<u64> = (0..x.below(2 * max as u64 + 2)).map(|i| 0x7f00_0000_0000 + i * 4096).collect();
+            // what a truthful agent would say to the first request
+            let asked = match op {
+                0 => pages.len().min(max),
+                1 => x.below(max as u64 + 1) as usize,
+                _ => x.below(4) as usize,
+            };
+            let mut head =
+                strata_agent_reply_t { magic: STRATA_AGENT_MAGIC, count: asked as u32, ..Default::default() };
+            head.counters.commits = x.next_u64();
+            let item = if op == 1 { 8 } else { 4 };
+            let mut reply = bytes_of(&head).to_vec();
+            reply.extend((0..asked * item).map(|_| x.next_u64() as u8));
+            match x.below(6) {
+                0 => {} // as it is
+                1 => reply = (0..x.below(256)).map(|_| x.next_u64() as u8).collect(),
+                2 => {
+                    // another count, its items following when it is not absurd
+                    let far = [0, 1, max as u32 + 1, 2 * max as u32, u32::MAX, x.next_u64() as u32];
+                    let far = far[x.below(far.len() as u64) as usize];
+                    reply[4..8].copy_from_slice(&far.to_ne_bytes());
+                    if far as usize <= 2 * max {
+                        reply.resize(std::mem::size_of::<strata_agent_reply_t>() + far as usize * item, 7);
+                    }
+                }
+                3 => reply.truncate(x.below(reply.len() as u64 + 1) as usize),
+                4 => {
+                    for _ in 0..1 + x.below(4) {
+                        let at = x.below(reply.len() as u64) as usize;
+                        reply[at] ^= 1 << x.below(8);
+                    }
+                }
+                _ => reply.extend((0..x.below(64)).map(|_| x.next_u64() as u8)),
+            }
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let fake = std::thread::spawn(move || {
+                let mut theirs = theirs;
+                let _ = theirs.write_all(&reply);
+                let _ = theirs.shutdown(std::net::Shutdown::Write);
+                let _ = std::io::copy(&mut theirs, &mut std::io::sink()); // the requests, to the end
+            });
+            let mut a = Agent::new(ours);
+            let fine = match op {
+                0 => a.move_pages(&pages, 0, 3, false).map(|st| assert_eq!(st.len(), pages.len())).is_ok(),
+                1 => a.sample(&pages).map(|t| assert!(t.len() <= max)).is_ok(),
+                _ => a.drop_shadows(0).is_ok(),
+            };
+            drop(a); // closed: the fake agent's copy ends
+            fake.join().unwrap();
+            if fine {
+                ok += 1;
+            } else {
+                refused += 1;
+            }
+        }
+        // both ways were taken, many times
+        assert!(ok > 500 && refused > 500, "{ok} taken, {refused} refused");
+    }
 }
