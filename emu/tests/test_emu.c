@@ -433,6 +433,12 @@ static void test_tpp(void) {
   emu_cfg.cap_bytes[0] = saved;
   emu_cfg.kernel = KERNEL_NONE;
   emu_memory_init();
+  /* a mark the scanner left on a page is no fault once the mode is off (tests switch modes) */
+  pte_t *left = emu_pte((uintptr_t)(p + 3 * PAGE) / PAGE);
+  CHECK(left && (atomic_load(&left->flags) & STRATA_EMU_HINT));
+  hf = c("hint_faults");
+  for (int k = 0; k < 2; k++) (void)p[3 * PAGE]; /* the second would promote under tpp */
+  CHECK(c("hint_faults") == hf && strata_emu_node_of((void *)(p + 3 * PAGE)) == 1);
 }
 
 /* Let simulated time pass by `ns`, going through the translate path (where due work runs). */
