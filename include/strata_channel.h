@@ -115,6 +115,9 @@ typedef struct strata_object_s {
  * with bit 0 set when the touch was a write (libstrata/agent/sample.c). */
 #define STRATA_AGENT_MAGIC 0x54474153u /* "SAGT" */
 #define STRATA_AGENT_MAX_PAGES 512
+/* At most this many copies a page per MOVE (more are taken as this many): a page written all
+ * the time would otherwise hold the agent, and the daemon's round waiting for its reply. */
+#define STRATA_AGENT_MAX_ATTEMPTS 64
 
 enum {
   STRATA_AGENT_MOVE = 1,         /* move the pages to `node`, transactionally */
@@ -127,7 +130,8 @@ typedef struct strata_agent_request_s {
   uint32_t op;       /* STRATA_AGENT_* */
   int32_t node;      /* MOVE: the target node */
   uint32_t count;    /* addresses that follow (MOVE), or shadows to drop */
-  uint32_t attempts; /* MOVE: copies tried before a page is given up for this request */
+  uint32_t attempts; /* MOVE: copies tried before a page is given up for this request (1 to
+                      * STRATA_AGENT_MAX_ATTEMPTS; 0 is 1) */
   uint32_t flags;    /* STRATA_AGENT_FORCE: move pages already on `node` too (tests and
                       * benchmarks on machines of one node) */
 } strata_agent_request_t;

@@ -405,7 +405,7 @@ static void migrate_run(char *const *pages, size_t n, int node, const int *from,
     char *p = pages[k], *o = out + k * PAGE_SIZE;
     int rc = shadow_demote(p, node, o);
     if (rc == 0) {
-      for (unsigned a = 0; a < (attempts ? attempts : 1) && rc == 0; a++) {
+      for (unsigned a = 0; a < (attempts ? attempts : 1) && rc == 0; a++) { /* 1-64: _strata_migrate */
         rc = copy_move(p, node, from[k], o, stage);
         if (rc == 0) counters.aborts++;
       }
@@ -426,6 +426,7 @@ static void migrate_run(char *const *pages, size_t n, int node, const int *from,
 
 size_t _strata_migrate(void *const *pages, size_t n, int node, unsigned attempts, unsigned flags, int32_t *status) {
   if (n > STRATA_AGENT_MAX_PAGES) n = STRATA_AGENT_MAX_PAGES;
+  if (attempts > STRATA_AGENT_MAX_ATTEMPTS) attempts = STRATA_AGENT_MAX_ATTEMPTS; /* the daemon's config holds to it too */
   int where[STRATA_AGENT_MAX_PAGES];
   if (nodes_of(pages, n, where) != 0)
     for (size_t i = 0; i < n; i++) where[i] = -ENOENT;

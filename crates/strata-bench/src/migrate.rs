@@ -70,8 +70,8 @@ pub struct Options {
     /// Stop a run's moves once this many pages have moved (0: --secs only)
     #[arg(long, default_value_t = 0)]
     pub migrations: u64,
-    /// transactional: copies tried per page and request before it is given up
-    #[arg(long, default_value_t = 3)]
+    /// transactional: copies tried per page and request before it is given up (1-64)
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=strata_sys::STRATA_AGENT_MAX_ATTEMPTS as i64))]
     pub attempts: u32,
     /// Run in the two-tier QEMU guest (booting the kernel of --kernel)
     #[arg(long)]

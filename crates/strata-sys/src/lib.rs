@@ -93,6 +93,7 @@ pub const STRATA_TRACKING_WP_ASYNC: u32 = 1;
 pub const STRATA_TRACKING_MOVE: u32 = 2;
 pub const STRATA_AGENT_MAGIC: u32 = 0x5447_4153;
 pub const STRATA_AGENT_MAX_PAGES: usize = 512;
+pub const STRATA_AGENT_MAX_ATTEMPTS: u32 = 64;
 pub const STRATA_AGENT_MOVE: u32 = 1;
 pub const STRATA_AGENT_DROP_SHADOWS: u32 = 2;
 pub const STRATA_AGENT_SAMPLE: u32 = 3;
@@ -285,6 +286,7 @@ mod tests {
             STRATA_AGENT_MAX_PAGES,
             STRATA_TRACKING_MOVE as usize,
             STRATA_OBJECT_RECORD_MAX as usize,
+            STRATA_AGENT_MAX_ATTEMPTS as usize,
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };

@@ -301,8 +301,11 @@ impl Config {
             let m = format!("mover.rate_mbps must be positive, not {}", self.mover.rate_mbps);
             return Err(Bad::new("mover", "rate_mbps", m));
         }
-        if self.mover.attempts == 0 {
-            return Err(Bad::new("mover", "attempts", "mover.attempts must be at least 1".into()));
+        let most = strata_sys::STRATA_AGENT_MAX_ATTEMPTS;
+        if !(1..=most).contains(&self.mover.attempts) {
+            let m =
+                format!("mover.attempts must be 1 to {most} (copies of a page a round), not {}", self.mover.attempts);
+            return Err(Bad::new("mover", "attempts", m));
         }
         if !(0.0..1.0).contains(&self.mover.shadow_reclaim_fraction) {
             let m =
@@ -425,6 +428,11 @@ mod tests {
         assert!(e.contains("line 4") && e.contains("fast_free_fraction"), "{e}");
         let c = Config::parse("[scanner]\nperiod_ms = 10\n[policy.ambix]\nmin_scans = 2\n", "ambix").unwrap();
         assert_eq!(c.scanner.period_ms, 10.0);
+        // copies of a page a round: 1 to the agent's most
+        for (n, ok) in [(0, false), (1, true), (64, true), (65, false), (4_000_000_000u32, false)] {
+            let r = Config::parse(&format!("[mover]\nattempts = {n}\n"), "ambix");
+            assert_eq!(r.is_ok(), ok, "attempts = {n}: {:?}", r.err().map(|e| e.to_string()));
+        }
     }
 
     #[test]
