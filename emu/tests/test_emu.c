@@ -574,7 +574,7 @@ static void test_settings(void) {
                          "preset=host l1=48K l1_ways=12 mlp=10 stride_mlp=4 epoch_ns=100000"};
   static const char alphabet[] = " =,.-eE0123456789KMG";
   uint64_t x = 0x9e3779b97f4a7c15ull;
-#define RND(n) (x ^= x << 13, x ^= x >> 7, x ^= x << 17, x % (n))
+#define RND(n) (xorshift64(&x) % (n))
   int taken = 0, refused = 0, wrong = 0;
   for (int r = 0; r < 20000; r++) {
     char s[512];

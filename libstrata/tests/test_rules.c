@@ -77,10 +77,7 @@ static void test_mistakes(void) {
 
 static uint64_t rnd_state = 0x853c49e6748fea9bull;
 static uint64_t rnd(uint64_t n) {
-  rnd_state ^= rnd_state << 13;
-  rnd_state ^= rnd_state >> 7;
-  rnd_state ^= rnd_state << 17;
-  return rnd_state % n;
+  return xorshift64(&rnd_state) % n;
 }
 
 static void test_fuzz(int rounds) {

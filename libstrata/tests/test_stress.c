@@ -36,11 +36,6 @@ static int rounds = 200000;
 static ring_t *rings;
 static _Atomic long bad_stamps, failed_allocs;
 
-static uint64_t rnd(uint64_t *s) {
-  *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17;
-  return *s;
-}
-
 static void stamp(obj_t *o) {
   for (size_t i = 0; i < o->n; i += 61) o->p[i] = (unsigned char)(o->stamp + i);
   if (o->n) o->p[o->n - 1] = (unsigned char)o->stamp;
@@ -82,12 +77,12 @@ static void *worker(void *arg) {
   strata_arena_t *arena = strata_arena_new(strata_default());
   ring_t *next = &rings[(id + 1) % nthreads], *mine = &rings[id];
   for (int r = 0; r < rounds; r++) {
-    size_t k = rnd(&seed) % SLOTS;
+    size_t k = xorshift64(&seed) % SLOTS;
     if (slots[k].p) {
-      if (!(rnd(&seed) & 1) || !ring_put(next, slots[k])) check_free(slots[k]);
+      if (!(xorshift64(&seed) & 1) || !ring_put(next, slots[k])) check_free(slots[k]);
       slots[k].p = NULL;
     }
-    uint64_t x = rnd(&seed);
+    uint64_t x = xorshift64(&seed);
     size_t n = x % 100 < 90 ? x % 256 : x % 100 < 99 ? x % 20000 : x % 3000000;
     strata_place_t pl;
     switch (x >> 60) {
@@ -108,10 +103,10 @@ static void *worker(void *arg) {
       for (size_t i = 0; i < got; i++) check_free(in[i]);
     }
     if ((r & 1023) == 0 && (x & 7) == 0) { /* grow/shrink a random live object */
-      size_t j = rnd(&seed) % SLOTS;
+      size_t j = xorshift64(&seed) % SLOTS;
       if (slots[j].p && stamped(&slots[j])) {
         /* mostly small; sometimes a run or a large object, which grow without copying */
-        size_t nn = rnd(&seed) % ((x & 24) == 24 ? (size_t)3 << 20 : 50000);
+        size_t nn = xorshift64(&seed) % ((x & 24) == 24 ? (size_t)3 << 20 : 50000);
         unsigned char *q = strata_realloc(slots[j].p, nn);
         size_t kept = nn < slots[j].n ? nn : slots[j].n;
         for (size_t i = 0; q && i < kept; i += 61) /* the old contents came along */

@@ -4,25 +4,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use strata_kv::{Store, Variant};
-
-fn rnd(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
-}
+use strata_util::XorShift;
 
 #[test]
 fn matches_a_model_under_random_operations() {
     for v in Variant::ALL {
         let store = Store::new(v, 64); // few buckets: long chains
         let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
-        let mut s = 42u64;
+        let mut s = XorShift::new(42);
         for i in 0..60_000 {
-            let k = format!("key{}", rnd(&mut s) % 3000).into_bytes();
-            match rnd(&mut s) % 5 {
+            let k = format!("key{}", s.next_u64() % 3000).into_bytes();
+            match s.next_u64() % 5 {
                 0 | 1 => {
-                    let len = (rnd(&mut s) % 5000) as usize; // 0..5 KB values, any size
+                    let len = (s.next_u64() % 5000) as usize; // 0..5 KB values, any size
                     let val: Vec<u8> = (0..len).map(|j| (i + j) as u8).collect();
                     assert_eq!(store.set(&k, &val).unwrap(), !model.contains_key(&k));
                     model.insert(k, val);
@@ -78,10 +72,10 @@ fn many_threads_at_once() {
             .map(|t| {
                 let st = store.clone();
                 std::thread::spawn(move || {
-                    let mut s = t + 1;
+                    let mut s = XorShift::new(t + 1);
                     for i in 0..20_000u64 {
                         // each thread owns keys t, t+4, ...; all threads share the buckets
-                        let k = format!("k{}", (rnd(&mut s) % 500) * 4 + t);
+                        let k = format!("k{}", (s.next_u64() % 500) * 4 + t);
                         let val = format!("{t}:{i}").repeat((i % 20) as usize + 1);
                         st.set(k.as_bytes(), val.as_bytes()).unwrap();
                         let got = st.get(k.as_bytes(), |x| x.to_vec()).unwrap();

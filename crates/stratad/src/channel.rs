@@ -52,13 +52,14 @@ impl Drop for Channel {
     }
 }
 
-/// Where user space ends on x86-64 with 5-level page tables (57 bits); 4-level ends lower.
-const USER_TOP: u64 = 1 << 57;
+/// Above any x86-64 user address, with 5-level page tables too (57 bits): a sanity bound on
+/// what a process may claim, not the end of the space the daemon scans (linux.rs's USER_TOP).
+const ANY_USER_END: u64 = 1 << 57;
 
 /// Whether an object record is one libstrata could have written: 1 byte to a record long,
 /// within user space.
 fn sane(addr: u64, len: u64) -> bool {
-    (1..=STRATA_OBJECT_RECORD_MAX).contains(&len) && addr.checked_add(len).is_some_and(|end| end <= USER_TOP)
+    (1..=STRATA_OBJECT_RECORD_MAX).contains(&len) && addr.checked_add(len).is_some_and(|end| end <= ANY_USER_END)
 }
 
 fn directive_of(raw: i32) -> Directive {
@@ -370,7 +371,8 @@ mod tests {
         let _one = REGIONS.lock().unwrap_or_else(|e| e.into_inner());
         let me = std::process::id();
         let mut x = strata_util::XorShift::new(0x9e37_79b9_7f4a_7c15);
-        const WORDS: [u64; 8] = [0, 1, u64::MAX, 1 << 63, 4096, STRATA_OBJECT_RECORD_MAX + 1, USER_TOP - 4096, 1 << 40];
+        const WORDS: [u64; 8] =
+            [0, 1, u64::MAX, 1 << 63, 4096, STRATA_OBJECT_RECORD_MAX + 1, ANY_USER_END - 4096, 1 << 40];
         // 1 to `most` writes at random places below `within`
         let mut scribble = |f: &std::fs::File, within: u64, most: u64| {
             for _ in 0..1 + x.below(most) {
