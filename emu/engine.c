@@ -26,7 +26,7 @@ void emu_engine_load(emu_thread_t *t) {
     engine_pending = 1;
     return;
   }
-  const char *lib = getenv("STRATA_ENGINE_LIB");
+  const char *lib = emu_getenv("STRATA_ENGINE_LIB");
   if (!lib || !*lib) return;
   t->in_engine = 1;
   static char msg[1024];

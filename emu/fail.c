@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "util/json.h"
@@ -30,6 +31,7 @@ static void read_initial_env(void) {
 }
 
 const char *emu_getenv(const char *name) {
+  if (getauxval(AT_SECURE)) return NULL; /* a setuid exec: its environment is not its user's to set */
   const char *v = getenv(name);
   if (v) return v;
   /* libc's environment is not set up yet when a preloaded allocator (libstrata.so) touches

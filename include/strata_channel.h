@@ -1,10 +1,13 @@
 /* strata_channel.h: what a process running under Strata shares with a tiering daemon.
  *
  * One region per process in shared memory, fixed layout, versioned. The process creates it
- * as /dev/shm/strata.<pid> and unlinks the name at once, so the region lives exactly as long
- * as the process (no leftovers after _exit, a signal or exec); a daemon finds it as the
- * /proc/<pid>/fd/N link that reads "/dev/shm/strata.<pid> (deleted)" and opens that path
- * (root, or the same user). Laid out as:
+ * as an anonymous memfd named STRATA_CHANNEL_NAME, sealed against shrinking and growing
+ * (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), so the region lives exactly as long as the
+ * process, nobody can plant or open it by name, and nobody can resize it under a reader. A
+ * daemon is handed it with the process's hello (SCM_RIGHTS), or finds it, when it starts after
+ * the process, as the /proc/<pid>/fd/N link that reads "/memfd:strata.channel (deleted)"
+ * (root, or the same user). A daemon reads it only after checking the seals, its size and its
+ * owner (docs/security.md). Laid out as:
  *
  *   strata_channel_header_t                       (offset 0)
  *   strata_context_t   contexts[context_capacity] (offset contexts_offset)
@@ -18,7 +21,9 @@
  *
  * A process announces itself to a running daemon when it makes its region: it connects to the
  * daemon's socket (STRATA_DAEMON_SOCKET, default /run/strata/stratad.sock) and writes one line,
- * {"op":"hello","pid":N}. Nothing depends on it: a daemon also finds regions by looking.
+ * {"op":"hello","pid":N}, with the region's descriptor attached. The daemon takes a hello only
+ * from process N itself (SO_PEERCRED). Nothing depends on it: a daemon also finds regions by
+ * looking.
  */
 #ifndef STRATA_CHANNEL_H
 #define STRATA_CHANNEL_H
@@ -26,10 +31,14 @@
 #include <stdint.h>
 
 #define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
-#define STRATA_CHANNEL_VERSION 3
+#define STRATA_CHANNEL_VERSION 4 /* 4: a sealed memfd, no longer /dev/shm/strata.<pid> */
+#define STRATA_CHANNEL_NAME "strata.channel" /* the memfd's name, as /proc/<pid>/fd shows it */
 #define STRATA_DAEMON_SOCKET_DEFAULT "/run/strata/stratad.sock"
 #define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
 #define STRATA_OBJECT_RECORD_MAX ((uint64_t)64 << 20) /* large objects split in 64 MiB records */
+/* the tables' sizes libstrata makes, and the most a daemon accepts */
+#define STRATA_CONTEXT_CAPACITY ((uint64_t)1 << 16) /* tags are 16 bits */
+#define STRATA_OBJECT_CAPACITY ((uint64_t)1 << 20)
 
 /* priority values (STRATA_PRIORITY): a process's claim on the fast tier, higher first; any
  * integer in [STRATA_PRIORITY_MIN, STRATA_PRIORITY_MAX] */

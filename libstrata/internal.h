@@ -144,6 +144,7 @@ enum { UNWIND_CACHED = 0, UNWIND_DWARF = 1 };
 int64_t _strata_option(option_id_t id);          /* numeric value (bool, size, enum) */
 const char *_strata_option_str(option_id_t id);  /* string options: NULL when unset */
 void _strata_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void _strata_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- stats.c: one field list, expanded into the counters, the table and the JSON ------- */
 

@@ -138,7 +138,7 @@ static void load(option_id_t id) {
   const option_t *o = &options[id];
   char name[64];
   env_name(o, name, sizeof name);
-  const char *s = getenv(name);
+  const char *s = secure_getenv(name); /* none in a setuid, setgid or capability-raising exec */
   int64_t v = o->def;
   if (s && o->type != T_STRING) {
     bool ok = o->type == T_BOOL   ? parse_bool(s, &v)
@@ -146,11 +146,7 @@ static void load(option_id_t id) {
                                   : parse_enum(s, o->choices, &v);
     if (!ok) {
       v = o->def;
-      /* always said: a silently ignored setting is worse than a line on stderr */
-      char buf[256];
-      int n = snprintf(buf, sizeof buf, "strata: %s='%s' is not a valid %s; using the default\n",
-                       name, s, o->unit);
-      if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+      _strata_warn("strata: %s='%s' is not a valid %s; using the default\n", name, s, o->unit);
     }
   }
   atomic_store(&values[id], v);
@@ -165,18 +161,30 @@ int64_t _strata_option(option_id_t id) {
 const char *_strata_option_str(option_id_t id) {
   char name[64];
   env_name(&options[id], name, sizeof name);
-  const char *s = getenv(name);
+  const char *s = secure_getenv(name);
   return (s && *s) ? s : NULL;
+}
+
+static void say(const char *fmt, va_list ap) {
+  char buf[512];
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
 void _strata_message(const char *fmt, ...) {
   if (!_strata_option(OPT_VERBOSE)) return;
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  say(fmt, ap);
   va_end(ap);
-  if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* Always said: a setting ignored in silence is worse than a line on stderr. */
+void _strata_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(fmt, ap);
+  va_end(ap);
 }
 
 void _strata_assert_fail(const char *expr, const char *file, int line) {

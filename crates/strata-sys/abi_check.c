@@ -36,7 +36,8 @@ __attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, siz
       F(strata_agent_counters_t, samples_touched), STRATA_AGENT_SAMPLE,
       sizeof(strata_agent_reply_t), F(strata_agent_reply_t, counters),
       STRATA_AGENT_MAGIC, STRATA_AGENT_MAX_PAGES, STRATA_TRACKING_MOVE,
-      STRATA_OBJECT_RECORD_MAX, STRATA_AGENT_MAX_ATTEMPTS,
+      STRATA_OBJECT_RECORD_MAX, STRATA_AGENT_MAX_ATTEMPTS, sizeof(STRATA_CHANNEL_NAME) - 1,
+      STRATA_CONTEXT_CAPACITY, STRATA_OBJECT_CAPACITY,
   };
   size_t k = sizeof v / sizeof v[0];
   for (size_t i = 0; i < k && i < n; i++) out[i] = v[i];

@@ -2,10 +2,12 @@
  * its creation, the context table's slots and the tracked objects' records. What goes into a
  * context (its stack, rules, counters) is context/context.c's business.
  *
- * The region is created on first use as /dev/shm/strata.<pid> and unlinked at once, so it
- * lives exactly as long as the process; where /dev/shm does not work it is private memory
- * and the process keeps its contexts to itself. Once it exists, a running daemon is told
- * (daemon_hello) and Strata's memory is offered to the daemon's write tracker (track.c). */
+ * The region is an anonymous memfd (no name anyone else can plant or open), sealed at its size
+ * so that no one, this process included, can shrink or grow it under a reader's feet. It lives
+ * exactly as long as the process. Where no memfd can be made it is private memory, said once on
+ * stderr, and the process keeps its contexts to itself. Once it exists, a running daemon is
+ * handed it on its socket (daemon_hello, SCM_RIGHTS) and Strata's memory is offered to the
+ * daemon's write tracker (track.c). docs/security.md says what the daemon checks. */
 #include "internal.h"
 
 #include <errno.h>
@@ -18,8 +20,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define CONTEXT_CAPACITY ((uint64_t)1 << 16) /* tags are 16 bits */
-#define OBJECT_CAPACITY ((uint64_t)1 << 20)
+#define CONTEXT_CAPACITY STRATA_CONTEXT_CAPACITY
+#define OBJECT_CAPACITY STRATA_OBJECT_CAPACITY
 #define CONTEXT_PROBES 64                    /* open addressing: slots tried per id */
 
 static strata_channel_header_t *_Atomic channel;
@@ -37,27 +39,38 @@ static strata_object_t *objects(strata_channel_header_t *h) {
   return (strata_object_t *)((char *)h + h->objects_offset);
 }
 
-/* Create this process's region (shared memory when /dev/shm works, else private). */
+/* Create this process's region (a sealed memfd, else private memory).
+ *
+ * Its pages are not reserved up front: a memfd lives on the kernel's internal shmem mount,
+ * which has no size limit another user could fill (a full /dev/shm is nothing to it), and a
+ * page the process first touches is charged to its memory cgroup like its heap, so the worst a
+ * first write meets is the cgroup's OOM handling, never SIGBUS. Reserving would cost every
+ * process the whole region (about 36 MiB) for tables it mostly leaves empty. */
 static strata_channel_header_t *channel_create(void) {
   size_t hdr = align_up(sizeof(strata_channel_header_t), 64);
   size_t ctx_off = hdr, obj_off = align_up(ctx_off + CONTEXT_CAPACITY * sizeof(strata_context_t), 4096);
   size_t size = align_up(obj_off + OBJECT_CAPACITY * sizeof(strata_object_t), 4096);
   long pid = (long)getpid();
-  char name[64];
-  snprintf(name, sizeof name, "/dev/shm/strata.%ld", pid);
   void *m = MAP_FAILED;
-  int fd = open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const char *failed = "memfd_create";
+  int fd = memfd_create(STRATA_CHANNEL_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd >= 0) {
-    /* unlinked at once: the region lives exactly as long as this process, whatever way it
-     * ends (_exit, a signal, exec), and a daemon opens it through /proc/<pid>/fd */
-    unlink(name);
-    if (ftruncate(fd, (off_t)size) == 0)
-      m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    failed = "ftruncate";
+    if (ftruncate(fd, (off_t)size) == 0) {
+      failed = "sealing";
+      if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+        failed = "mmap";
+        m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      }
+    }
+    int e = errno;
     if (m == MAP_FAILED) close(fd);
     else channel_fd = fd;
+    errno = e;
   }
   if (m == MAP_FAILED) {
-    _strata_message("strata: cannot share contexts in %s (errno %d); keeping them private\n", name, errno);
+    _strata_warn("strata: no channel (%s: %s); this process keeps its contexts to itself and no "
+                 "daemon manages it\n", failed, strerror(errno));
     m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return NULL;
   }
@@ -77,7 +90,7 @@ static strata_channel_header_t *channel_create(void) {
   h->priority = STRATA_PRIORITY_NORMAL;
   const char *prio = _strata_option_str(OPT_PRIORITY);
   if (prio && _strata_parse_priority(prio, &h->priority))
-    _strata_message("strata: STRATA_PRIORITY='%s' is not a priority (high, normal, low, or %d..%d); "
+    _strata_warn("strata: STRATA_PRIORITY='%s' is not a priority (high, normal, low, or %d..%d); "
                     "keeping normal\n", prio, STRATA_PRIORITY_MIN, STRATA_PRIORITY_MAX);
   channel_size = size;
   object_free_head = 0;
@@ -98,10 +111,11 @@ int _strata_parse_priority(const char *s, int32_t *out) {
   return 0;
 }
 
-/* Tell a running daemon that this process has a channel: one line on its socket. Nothing
- * waits when no daemon listens (a failed connect). Offering an agent (this process can move
- * its pages transactionally, agent/), it waits up to 200 ms for the daemon's answer and
- * returns the connection when the daemon wants one, else -1. */
+/* Hand a running daemon this process's channel: one line on its socket, with the region's
+ * descriptor attached (SCM_RIGHTS). Nothing waits when no daemon listens (a failed connect).
+ * Offering an agent (this process can move its pages transactionally, agent/), it waits up to
+ * 200 ms for the daemon's answer and returns the connection when the daemon wants one, else
+ * -1. The daemon takes the hello only from this process itself (its peer credentials). */
 int _strata_daemon_hello(bool agent) {
   strata_channel_header_t *h = atomic_load_explicit(&channel, memory_order_acquire);
   const char *path = _strata_option_str(OPT_DAEMON_SOCKET);
@@ -123,7 +137,18 @@ int _strata_daemon_hello(bool agent) {
   int n = snprintf(line, sizeof line, "{\"op\":\"hello\",\"pid\":%ld%s}\n", (long)h->pid,
                    agent ? ",\"agent\":true" : "");
   bool wanted = false;
-  if (write(fd, line, (size_t)n) == n) {
+  struct iovec iov = {line, (size_t)n};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &channel_fd, sizeof(int));
+  if (channel_fd >= 0 && sendmsg(fd, &msg, MSG_NOSIGNAL) == n) {
     _strata_message("strata: told the daemon at %s\n", path);
     ssize_t r = agent ? read(fd, line, sizeof line - 1) : 0;
     if (r > 0) {
@@ -204,7 +229,7 @@ uint32_t _strata_channel_context(uint64_t id, bool *created) {
 void _strata_process_directive_init(void) {
   const char *s = _strata_option_str(OPT_DIRECTIVE);
   if (s && *s && _strata_parse_directive(s, &initial_directive))
-    _strata_message("strata: STRATA_DIRECTIVE='%s' is not a directive (default, fast, slow, tier:N); "
+    _strata_warn("strata: STRATA_DIRECTIVE='%s' is not a directive (default, fast, slow, tier:N); "
                     "keeping the default\n", s);
 }
 

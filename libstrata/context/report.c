@@ -6,10 +6,12 @@
 #include "util/json.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *directive_name(int32_t d, char *buf, size_t n) {
@@ -19,6 +21,25 @@ static const char *directive_name(int32_t d, char *buf, size_t n) {
     case STRATA_DIRECTIVE_SLOW: return "slow";
     default: snprintf(buf, n, "tier:%d", d - STRATA_DIRECTIVE_TIER0); return buf;
   }
+}
+
+/* Open the report file for writing, refusing to follow a symbolic link in its last part or to
+ * write over a file this process does not own or that has other names (a hard link planted in
+ * a shared folder): -1, said on stderr. An existing file of its own is rewritten. */
+static int report_open(const char *file) {
+  int fd = open(file, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  struct stat st;
+  const char *why = NULL;
+  if (fd < 0) why = errno == ELOOP ? "it is a symbolic link" : strerror(errno);
+  else if (fstat(fd, &st) != 0) why = strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "it is not a regular file";
+  else if (st.st_uid != geteuid()) why = "another user owns it";
+  else if (st.st_nlink != 1) why = "it has other names (hard links)";
+  else if (ftruncate(fd, 0) != 0) why = strerror(errno);
+  if (!why) return fd;
+  _strata_warn("strata: report not written to %s: %s\n", file, why);
+  if (fd >= 0) close(fd);
+  return -1;
 }
 
 void _strata_report_write(void) {
@@ -40,7 +61,7 @@ void _strata_report_write(void) {
   file[k] = 0;
   static char buf[16384];
   strata_json_t o;
-  int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = report_open(file);
   if (fd < 0) {
     _strata_set_in_capture(was);
     return;

@@ -220,8 +220,8 @@ fn a_running_process_shares_its_contexts_in_the_channel() {
         .env("LD_PRELOAD", repo("build/libstrata.so"))
         .spawn()
         .unwrap();
-    // as a daemon would: the fd whose link names the (deleted) region
-    let want = format!("/dev/shm/strata.{} (deleted)", child.id());
+    // as a daemon would: the fd whose link names the region, a memfd
+    let want = format!("/memfd:{} (deleted)", strata_sys::STRATA_CHANNEL_NAME);
     let mut f = None;
     for _ in 0..100 {
         for e in std::fs::read_dir(format!("/proc/{}/fd", child.id())).into_iter().flatten().flatten() {
@@ -255,8 +255,12 @@ fn a_running_process_shares_its_contexts_in_the_channel() {
         .collect();
     assert_eq!(ctxs.len() as u64, h.contexts_used);
     assert!(ctxs.iter().all(|c| c.nframes >= 1 && c.frames[0] != 0));
+    // sealed: no one, the process included, can change its size under a reader
+    use std::os::fd::AsRawFd;
+    let seals = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GET_SEALS) };
+    let want_seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    assert_eq!(seals & want_seals, want_seals, "seals {seals:#x}");
     child.wait().unwrap();
-    assert!(!std::path::Path::new(&format!("/dev/shm/strata.{}", h.pid)).exists(), "no name is left behind");
 }
 
 #[test]

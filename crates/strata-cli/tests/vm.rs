@@ -456,7 +456,8 @@ fn guest_daemon_refuses_bad_configs_and_bad_channels_and_manages_the_other_proce
     if guest_available().is_none() {
         return;
     }
-    // a process holding a region named like a channel, whose magic is not Strata's
+    // a process holding a file at the name channels had before they were sealed memfds: not a
+    // channel (a memfd with a bad magic is refused in the host's tests: tests/security.rs)
     let (code, out) = daemon_guest(
         &daemon_files(),
         "printf '[daemon]\\npolicy = \"ambix\"\\n[scanner]\\nperiod_ms = 300\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/good.toml\n\
@@ -480,10 +481,10 @@ fn guest_daemon_refuses_bad_configs_and_bad_channels_and_manages_the_other_proce
     assert!(out.contains("writer=0") && out.contains("daemon=0"), "a reload refused did not stop the daemon: {out}");
     let err = section(&out, "ERR");
     let f: u64 = out.split("F=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
-    assert!(err.contains(&format!("process {f}: its channel is refused: bad magic")), "{err}");
     assert!(err.contains("configuration refused, the one in force stays") && err.contains("line 5"), "{err}");
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
-    assert!(status["daemon"]["refused"][f.to_string()].is_string(), "{status}");
+    let managed = status["daemon"]["processes"].as_array().unwrap();
+    assert!(!managed.iter().any(|p| p["pid"] == f), "a file in /dev/shm is no channel: {status}");
     assert_eq!(status["daemon"]["period_ms"], 300.0, "the configuration in force stayed: {status}");
     let w = section(&out, "WRITER");
     assert!(w.contains("verified"), "{w}");

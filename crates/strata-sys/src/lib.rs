@@ -82,7 +82,10 @@ pub struct strata_topology_t {
 // ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
 
 pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
-pub const STRATA_CHANNEL_VERSION: u32 = 3;
+pub const STRATA_CHANNEL_VERSION: u32 = 4;
+pub const STRATA_CHANNEL_NAME: &str = "strata.channel";
+pub const STRATA_CONTEXT_CAPACITY: u64 = 1 << 16;
+pub const STRATA_OBJECT_CAPACITY: u64 = 1 << 20;
 pub const STRATA_DAEMON_SOCKET_DEFAULT: &str = "/run/strata/stratad.sock";
 pub const STRATA_PRIORITY_LOW: i32 = -10;
 pub const STRATA_PRIORITY_NORMAL: i32 = 0;
@@ -106,7 +109,7 @@ pub const STRATA_DIRECTIVE_SLOW: i32 = 2;
 pub const STRATA_DIRECTIVE_TIER0: i32 = 3;
 
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct strata_channel_header_t {
     pub magic: u64,
     pub version: u32,
@@ -287,6 +290,9 @@ mod tests {
             STRATA_TRACKING_MOVE as usize,
             STRATA_OBJECT_RECORD_MAX as usize,
             STRATA_AGENT_MAX_ATTEMPTS as usize,
+            STRATA_CHANNEL_NAME.len(),
+            STRATA_CONTEXT_CAPACITY as usize,
+            STRATA_OBJECT_CAPACITY as usize,
         ];
         let mut c = [0usize; 64];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };

@@ -5,7 +5,7 @@
 //! every attempt).
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use strata_sys::{
@@ -53,8 +53,15 @@ impl From<strata_agent_counters_t> for AgentCounters {
     }
 }
 
+/// A request and its whole reply must be done within this (not each read: an agent that drips
+/// its reply a byte at a time is dropped as surely as a silent one). A move of
+/// STRATA_AGENT_MAX_PAGES pages takes milliseconds.
+pub const AGENT_DEADLINE: Duration = Duration::from_secs(5);
+
 pub struct Agent {
     stream: UnixStream,
+    /// when the request going on must be answered by
+    deadline: Instant,
     pub counters: AgentCounters,
 }
 
@@ -66,17 +73,45 @@ fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 
 impl Agent {
     pub fn new(stream: UnixStream) -> Agent {
-        // a wedged agent must not hold the daemon's round forever
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-        Agent { stream, counters: AgentCounters::default() }
+        Agent { stream, deadline: Instant::now(), counters: AgentCounters::default() }
+    }
+
+    /// The time left before the request's deadline: an error once it has passed.
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no whole reply within {} s", AGENT_DEADLINE.as_secs()),
+            ));
+        }
+        Ok(left)
+    }
+
+    /// Read `buf` whole by the request's deadline.
+    fn read_all(&mut self, mut buf: &mut [u8]) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            self.stream.set_read_timeout(Some(self.left()?))?;
+            match self.stream.read(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    self.left()?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn request(&mut self, r: strata_agent_request_t, pages: &[u64]) -> std::io::Result<strata_agent_reply_t> {
+        self.deadline = Instant::now() + AGENT_DEADLINE;
         let mut msg = bytes_of(&r).to_vec();
         for p in pages {
             msg.extend_from_slice(&p.to_ne_bytes());
         }
+        self.stream.set_write_timeout(Some(self.left()?))?;
         self.stream.write_all(&msg)?;
         let mut rep = strata_agent_reply_t::default();
         // SAFETY: the reply is a repr(C) struct of integers; any bytes are a valid value
@@ -86,7 +121,7 @@ impl Agent {
                 std::mem::size_of_val(&rep),
             )
         };
-        self.stream.read_exact(buf)?;
+        self.read_all(buf)?;
         if rep.magic != STRATA_AGENT_MAGIC {
             return Err(std::io::Error::other("the agent's reply has a bad magic"));
         }
@@ -112,7 +147,7 @@ impl Agent {
                 return Err(std::io::Error::other("the agent answered for another number of pages"));
             }
             let mut st = vec![0u8; chunk.len() * 4];
-            self.stream.read_exact(&mut st)?;
+            self.read_all(&mut st)?;
             out.extend(st.chunks_exact(4).map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes"))));
         }
         Ok(out)
@@ -134,7 +169,7 @@ impl Agent {
             return Err(std::io::Error::other("the agent reported more touched pages than it can sample"));
         }
         let mut buf = vec![0u8; rep.count as usize * 8];
-        self.stream.read_exact(&mut buf)?;
+        self.read_all(&mut buf)?;
         Ok(buf
             .chunks_exact(8)
             .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))

@@ -1,7 +1,8 @@
 //! The daemon's control socket: one JSON request a line, one JSON reply a line.
 //!
 //! ```text
-//! {"op":"hello","pid":1234}                  a process under Strata made its channel (no reply)
+//! {"op":"hello","pid":1234}                  a process under Strata hands over its channel
+//!                                            (the descriptor attached, SCM_RIGHTS; no reply)
 //! {"op":"hello","pid":1234,"agent":true}     ... and offers an agent -> {"agent":true|false};
 //!                                            kept, the connection carries the agent's requests
 //! {"op":"status"}                            -> {"ok":true,"status":{...}}
@@ -11,32 +12,56 @@
 //! ```
 //!
 //! Anyone may connect (the socket is mode 0666), so that programs run by any user can announce
-//! themselves and read the status, as `ps` would show it. Changing anything (attach, detach,
-//! reload) takes root or membership of `daemon.socket_group`, checked on the peer's
-//! credentials. The server runs on a thread of its own, and each connection on one of its own;
-//! what needs the machine is handed to the daemon's loop, which answers between rounds (within
-//! 50 ms). Since anyone may connect, what a client can take is bounded: a line of at most
-//! `MAX_LINE` bytes (a longer one is answered with an error and the connection closed), and
-//! `MAX_CLIENTS` connections at once (more are told so and closed).
-use std::io::{BufRead, BufReader, Read, Write};
+//! themselves and read the status, as `ps` would show it. What the kernel says of the peer
+//! decides, never what it writes: a hello counts only from the process it names (SO_PEERCRED),
+//! identified from then on by a pidfd ([`crate::pidfd`]); changing anything (attach, detach,
+//! reload) takes root or membership of `daemon.socket_group`. The server runs on a thread of
+//! its own, and each connection on one of its own; what needs the machine goes into the
+//! daemon's [`Inbox`], which the loop empties between rounds, privileged requests first.
+//!
+//! Since anyone may connect, what one user can take is bounded (docs/security.md):
+//! - a line of at most `MAX_LINE` bytes, arriving within `LINE_DEADLINE` (a longer one is
+//!   answered with an error and the connection closed; a slower or idle one is closed);
+//! - a reply written within `LINE_DEADLINE`, else the connection is closed;
+//! - `MAX_PER_USER` connections a user, `MAX_CLIENTS` for all unprivileged users together, and
+//!   `MAX_PRIVILEGED` more kept for root and the socket's group;
+//! - `MAX_HELLOS` hellos waiting for the loop, one a process (a newer one replaces it);
+//! - a privileged request not taken up by the loop within `ASK_DEADLINE` is withdrawn and said
+//!   so; it is never applied later.
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use strata_sys::{STRATA_PRIORITY_MAX, STRATA_PRIORITY_MIN};
 
+use crate::pidfd::{peer_cred, Identity};
 use crate::status::DaemonStatus;
 use crate::Error;
 
 /// The longest request line: requests are a few dozen bytes.
 pub const MAX_LINE: usize = 64 << 10;
-/// Connections served at once, each on a thread of its own (agents' connections, once handed
-/// to the daemon's loop, no longer count).
+/// Unprivileged connections served at once, all users together, each on a thread of its own
+/// (agents' connections, once handed to the daemon's loop, no longer count).
 pub const MAX_CLIENTS: usize = 256;
+/// Connections one unprivileged user may hold at once.
+pub const MAX_PER_USER: usize = 32;
+/// Connections kept for root and the socket's group, whatever other users hold.
+pub const MAX_PRIVILEGED: usize = 64;
+/// Hellos waiting for the daemon's loop.
+pub const MAX_HELLOS: usize = 4096;
+/// A line must arrive, and a reply be taken, within this.
+pub const LINE_DEADLINE: Duration = Duration::from_secs(10);
+/// A privileged request the loop has not taken up by then is withdrawn.
+pub const ASK_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A request on the socket.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,23 +104,99 @@ impl Reply {
     }
 }
 
-/// What the daemon's loop is asked to do; `reply` takes the outcome.
+/// A privileged request's way back: the loop takes it up once, or the server withdraws it
+/// once its deadline has passed, never both.
+pub struct Ticket {
+    state: Arc<AtomicU8>,
+    reply: Sender<Result<(), String>>,
+}
+
+const PENDING: u8 = 0;
+const TAKEN: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Ticket {
+    /// The loop takes the request up: false when it was withdrawn (then it must not be applied).
+    pub fn take(&self) -> bool {
+        self.state.compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    pub fn answer(self, r: Result<(), String>) {
+        let _ = self.reply.send(r);
+    }
+}
+
+/// What the daemon's loop is asked to do.
 pub enum Command {
-    Hello(u32),
-    /// a process's agent, on the connection it said hello on
-    Agent(u32, UnixStream),
-    Attach {
-        pid: u32,
-        priority: Option<i32>,
-        reply: Sender<Result<(), String>>,
-    },
-    Detach {
-        pid: u32,
-        reply: Sender<Result<(), String>>,
-    },
-    Reload {
-        reply: Sender<Result<(), String>>,
-    },
+    /// a process under Strata, with the channel it handed over and, if the daemon took it, its
+    /// agent's connection
+    Hello { who: Identity, channel: Option<File>, agent: Option<UnixStream> },
+    /// attach, detach or reload, from root or the socket's group
+    Ask { request: Request, ticket: Ticket },
+}
+
+/// The requests waiting for the daemon's loop: privileged ones first, then hellos (bounded,
+/// one a process).
+pub struct Inbox {
+    queue: Mutex<Queues>,
+    ready: Condvar,
+    max_hellos: usize,
+}
+
+#[derive(Default)]
+struct Queues {
+    asks: VecDeque<Command>,
+    hellos: VecDeque<Command>,
+}
+
+impl Inbox {
+    pub fn new() -> Arc<Inbox> {
+        Inbox::bounded(MAX_HELLOS)
+    }
+
+    fn bounded(max_hellos: usize) -> Arc<Inbox> {
+        Arc::new(Inbox { queue: Mutex::new(Queues::default()), ready: Condvar::new(), max_hellos })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A hello: replaces one waiting from the same process; refused (false) when `MAX_HELLOS`
+    /// wait already.
+    fn hello(&self, cmd: Command) -> bool {
+        let Command::Hello { who, .. } = &cmd else { return false };
+        let pid = who.pid;
+        let mut q = self.lock();
+        let same = q.hellos.iter().position(|c| matches!(c, Command::Hello { who, .. } if who.pid == pid));
+        match same {
+            Some(i) => q.hellos[i] = cmd,
+            None if q.hellos.len() >= self.max_hellos => return false,
+            None => q.hellos.push_back(cmd),
+        }
+        self.ready.notify_one();
+        true
+    }
+
+    fn ask(&self, cmd: Command) {
+        self.lock().asks.push_back(cmd);
+        self.ready.notify_one();
+    }
+
+    /// The next request, privileged ones first, waiting up to `wait` for one.
+    pub fn next(&self, wait: Duration) -> Option<Command> {
+        let mut q = self.lock();
+        if q.asks.is_empty() && q.hellos.is_empty() {
+            q = self.ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        q.asks.pop_front().or_else(|| q.hellos.pop_front())
+    }
+
+    /// Requests waiting now (hellos, privileged).
+    pub fn len(&self) -> (usize, usize) {
+        let q = self.lock();
+        (q.hellos.len(), q.asks.len())
+    }
 }
 
 /// The listening socket; removed when dropped.
@@ -118,32 +219,83 @@ fn group_id(name: &str) -> Option<u32> {
     })
 }
 
-/// The peer's uid and every gid it has (from /proc/PID/status, as SO_PEERCRED gives only the
-/// primary one).
-fn peer(stream: &UnixStream) -> Option<(u32, Vec<u32>)> {
-    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    use std::os::fd::AsRawFd;
-    // SAFETY: cred is a ucred and len its size
+/// The groups of the peer as they were when it connected (SO_PEERGROUPS).
+fn peer_groups(stream: &UnixStream) -> Vec<u32> {
+    let mut gids = vec![0u32; 256];
+    let mut len = (gids.len() * 4) as libc::socklen_t;
+    // SAFETY: gids has len bytes
     let rc = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            libc::SO_PEERGROUPS,
+            gids.as_mut_ptr() as *mut libc::c_void,
             &mut len,
         )
     };
-    if rc != 0 {
-        return None;
+    gids.truncate(if rc == 0 { len as usize / 4 } else { 0 });
+    gids
+}
+
+/// Who a connection is: its uid, and whether it may change things (root or the group).
+fn peer(stream: &UnixStream, group: Option<u32>) -> Option<(u32, bool)> {
+    let cred = peer_cred(stream)?;
+    let privileged = cred.uid == 0 || group.is_some_and(|g| cred.gid == g || peer_groups(stream).contains(&g));
+    Some((cred.uid, privileged))
+}
+
+/// Connections held now: per unprivileged user, all unprivileged, privileged.
+#[derive(Default)]
+struct Held {
+    per_user: HashMap<u32, usize>,
+    unprivileged: usize,
+    privileged: usize,
+}
+
+impl Held {
+    /// Count one more connection of `uid`, or say why not.
+    fn take(&mut self, uid: u32, privileged: bool) -> Result<(), String> {
+        if privileged {
+            if self.privileged >= MAX_PRIVILEGED {
+                return Err(format!("too many connections ({MAX_PRIVILEGED} privileged at once); try again"));
+            }
+            self.privileged += 1;
+            return Ok(());
+        }
+        let mine = self.per_user.entry(uid).or_default();
+        if *mine >= MAX_PER_USER {
+            return Err(format!("too many connections ({MAX_PER_USER} a user at once); try again"));
+        }
+        if self.unprivileged >= MAX_CLIENTS {
+            return Err(format!("too many connections ({MAX_CLIENTS} at once); try again"));
+        }
+        *mine += 1;
+        self.unprivileged += 1;
+        Ok(())
     }
-    let mut gids = vec![cred.gid];
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/{}/status", cred.pid)) {
-        if let Some(line) = s.lines().find_map(|l| l.strip_prefix("Groups:")) {
-            gids.extend(line.split_whitespace().filter_map(|g| g.parse::<u32>().ok()));
+
+    fn give_back(&mut self, uid: u32, privileged: bool) {
+        if privileged {
+            self.privileged -= 1;
+            return;
+        }
+        self.unprivileged -= 1;
+        if let Some(n) = self.per_user.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_user.remove(&uid);
+            }
         }
     }
-    Some((cred.uid, gids))
+}
+
+/// What every connection's thread shares.
+struct Shared {
+    group: Option<u32>,
+    inbox: Arc<Inbox>,
+    status: Arc<Mutex<Option<DaemonStatus>>>,
+    wants_agents: Arc<AtomicBool>,
+    held: Mutex<Held>,
 }
 
 impl Server {
@@ -152,7 +304,7 @@ impl Server {
     pub fn start(
         path: &Path,
         group: Option<&str>,
-        commands: Sender<Command>,
+        inbox: Arc<Inbox>,
         status: Arc<Mutex<Option<DaemonStatus>>>,
         wants_agents: Arc<AtomicBool>,
     ) -> Result<Server, Error> {
@@ -174,28 +326,27 @@ impl Server {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path).map_err(|e| fail("bind", e))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| fail("chmod", e))?;
+        let shared = Arc::new(Shared { group: gid, inbox, status, wants_agents, held: Mutex::new(Held::default()) });
         std::thread::Builder::new()
             .name("stratad-control".into())
             .spawn(move || {
-                let clients = Arc::new(AtomicUsize::new(0));
                 for mut stream in listener.incoming().flatten() {
-                    if clients.fetch_add(1, Ordering::Relaxed) >= MAX_CLIENTS {
-                        clients.fetch_sub(1, Ordering::Relaxed);
+                    let _ = stream.set_write_timeout(Some(LINE_DEADLINE));
+                    let Some((uid, privileged)) = peer(&stream, shared.group) else { continue };
+                    let taken = shared.held.lock().unwrap_or_else(|e| e.into_inner()).take(uid, privileged);
+                    if let Err(why) = taken {
                         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-                        let _ = stream.write_all(&reply_line(&Reply::done(Err(format!(
-                            "too many connections ({MAX_CLIENTS} at once); try again"
-                        )))));
+                        let _ = stream.write_all(&reply_line(&Reply::done(Err(why))));
                         continue;
                     }
-                    let (commands, status, agents) = (commands.clone(), Arc::clone(&status), Arc::clone(&wants_agents));
-                    let count = Arc::clone(&clients);
+                    let shared2 = Arc::clone(&shared);
                     // a thread a connection: a slow client holds up no one else
                     let spawned = std::thread::Builder::new().name("stratad-client".into()).spawn(move || {
-                        serve(stream, gid, &commands, &status, &agents);
-                        count.fetch_sub(1, Ordering::Relaxed);
+                        serve(stream, privileged, &shared2);
+                        shared2.held.lock().unwrap_or_else(|e| e.into_inner()).give_back(uid, privileged);
                     });
                     if spawned.is_err() {
-                        clients.fetch_sub(1, Ordering::Relaxed);
+                        shared.held.lock().unwrap_or_else(|e| e.into_inner()).give_back(uid, privileged);
                     }
                 }
             })
@@ -211,35 +362,86 @@ fn reply_line(r: &Reply) -> Vec<u8> {
     text
 }
 
-/// The next line of a connection, without its newline: None at its end (or on an error),
-/// Some(Err) for a line over `MAX_LINE` bytes (what follows it cannot be trusted to be a line).
-fn next_line(r: &mut impl BufRead) -> Option<Result<Vec<u8>, String>> {
-    let mut line = Vec::new();
-    match r.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
-        Ok(0) | Err(_) => None,
-        Ok(_) if line.last() == Some(&b'\n') => {
-            line.pop();
-            Some(Ok(line))
+/// One connection's input: its bytes, and the descriptors passed with them (SCM_RIGHTS).
+struct Input {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+impl Input {
+    /// recvmsg: bytes into `buf`, descriptors passed with them into `fds` (closed on exec).
+    fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        let mut ctl = [0u64; 16];
+        // SAFETY: a zeroed msghdr is valid; its pointers are set below to live buffers
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&ctl);
+        // SAFETY: msg points to buffers that outlive the call
+        let n = unsafe { libc::recvmsg(self.stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-        Ok(n) if n > MAX_LINE => Some(Err(format!("bad request: a line of over {MAX_LINE} bytes"))),
-        Ok(_) => Some(Ok(line)), // the last line, without a newline
+        // SAFETY: the control messages are the kernel's, within msg_controllen
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c) as *const libc::c_int;
+                    let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / size_of::<libc::c_int>();
+                    for k in 0..count {
+                        self.fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        self.fds.truncate(1); // one channel a hello; any more are closed
+        Ok(n as usize)
+    }
+
+    /// The next line, without its newline, arriving within `LINE_DEADLINE`: None at the end of
+    /// the connection, on an error or past the deadline; Some(Err) for a line over `MAX_LINE`
+    /// bytes (what follows it cannot be trusted to be a line).
+    fn line(&mut self) -> Option<Result<Vec<u8>, String>> {
+        let deadline = Instant::now() + LINE_DEADLINE;
+        let mut chunk = [0u8; 4096];
+        loop {
+            let newline = self.buf.iter().position(|&b| b == b'\n');
+            if newline.unwrap_or(self.buf.len()) > MAX_LINE {
+                return Some(Err(format!("bad request: a line of over {MAX_LINE} bytes")));
+            }
+            if let Some(i) = newline {
+                let mut line: Vec<u8> = self.buf.drain(..=i).collect();
+                line.pop();
+                return Some(Ok(line));
+            }
+            if self.buf.len() > MAX_LINE {
+                return Some(Err(format!("bad request: a line of over {MAX_LINE} bytes")));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.stream.set_read_timeout(Some(left)).is_err() {
+                return None;
+            }
+            match self.recv(&mut chunk) {
+                Ok(0) if self.buf.is_empty() => return None,
+                Ok(0) => return Some(Ok(std::mem::take(&mut self.buf))), // the last line, without a newline
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
     }
 }
 
 /// Answer one connection's requests until it closes (or becomes an agent's).
-fn serve(
-    stream: UnixStream,
-    group: Option<u32>,
-    commands: &Sender<Command>,
-    status: &Mutex<Option<DaemonStatus>>,
-    wants_agents: &AtomicBool,
-) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+fn serve(stream: UnixStream, privileged: bool, shared: &Shared) {
     let Ok(mut out) = stream.try_clone() else { return };
-    let peer = peer(&stream);
-    let privileged = peer.as_ref().is_some_and(|(uid, gids)| *uid == 0 || group.is_some_and(|g| gids.contains(&g)));
-    let mut input = BufReader::new(stream);
-    while let Some(line) = next_line(&mut input) {
+    let mut input = Input { stream, buf: Vec::new(), fds: Vec::new() };
+    while let Some(line) = input.line() {
         let line = match line {
             Ok(l) => l,
             Err(why) => {
@@ -252,31 +454,38 @@ fn serve(
         }
         let reply = match serde_json::from_slice::<Request>(&line) {
             Err(e) => Reply::done(Err(format!("bad request: {e}"))),
-            Ok(Request::Hello { pid, agent: false }) => {
-                let _ = commands.send(Command::Hello(pid));
-                continue;
-            }
-            Ok(Request::Hello { pid, agent: true }) => {
-                // an agent is the process's own: only the process (or root) may hand it over
-                let own = peer.as_ref().is_some_and(|(uid, _)| *uid == 0 || crate::linux::owner(pid) == Some(*uid));
-                let want = own && wants_agents.load(Ordering::Relaxed);
-                let _ = out.write_all(if want { b"{\"agent\":true}\n" } else { b"{\"agent\":false}\n" });
-                if want {
-                    let _ = out.set_read_timeout(None);
-                    let _ = commands.send(Command::Agent(pid, out));
+            Ok(Request::Hello { pid, agent }) => {
+                let channel = input.fds.pop().map(File::from);
+                let Ok(who) = Identity::of_peer(&out, pid) else {
+                    // not the process it names, or gone: nothing is taken
+                    if agent {
+                        let _ = out.write_all(b"{\"agent\":false}\n");
+                    }
                     return;
+                };
+                if !agent {
+                    shared.inbox.hello(Command::Hello { who, channel, agent: None });
+                    return; // one hello a connection
                 }
-                let _ = commands.send(Command::Hello(pid));
-                continue;
+                let want = shared.wants_agents.load(Ordering::Relaxed);
+                let _ = out.write_all(if want { b"{\"agent\":true}\n" } else { b"{\"agent\":false}\n" });
+                let agent = want.then(|| out.try_clone().ok()).flatten();
+                shared.inbox.hello(Command::Hello { who, channel, agent });
+                return; // one hello a connection
             }
-            Ok(Request::Status {}) => match status.lock().map(|s| s.clone()) {
+            Ok(Request::Status {}) => match shared.status.lock().map(|s| s.clone()) {
                 Ok(Some(s)) => Reply { ok: true, status: Some(Box::new(s)), ..Reply::default() },
                 _ => Reply::done(Err("the daemon has not finished its first round".into())),
             },
             Ok(_) if !privileged => {
                 Reply::done(Err("not allowed: attach, detach and reload take root or the daemon's socket group".into()))
             }
-            Ok(r) => Reply::done(ask(commands, r)),
+            Ok(Request::Attach { priority: Some(p), .. })
+                if !(STRATA_PRIORITY_MIN..=STRATA_PRIORITY_MAX).contains(&p) =>
+            {
+                Reply::done(Err(format!("priority {p} is outside {STRATA_PRIORITY_MIN}..{STRATA_PRIORITY_MAX}")))
+            }
+            Ok(r) => Reply::done(ask(&shared.inbox, r)),
         };
         if out.write_all(&reply_line(&reply)).is_err() {
             return;
@@ -284,24 +493,28 @@ fn serve(
     }
 }
 
-/// Hand a request to the daemon's loop and wait for its outcome.
-fn ask(commands: &Sender<Command>, r: Request) -> Result<(), String> {
+/// Hand a privileged request to the daemon's loop and wait for its outcome; withdrawn, and
+/// said so, if the loop has not taken it up within `ASK_DEADLINE`.
+fn ask(inbox: &Inbox, request: Request) -> Result<(), String> {
     let (tx, rx) = mpsc::channel::<Result<(), String>>();
-    let cmd = match r {
-        Request::Attach { pid, priority } => Command::Attach { pid, priority, reply: tx },
-        Request::Detach { pid } => Command::Detach { pid, reply: tx },
-        Request::Reload => Command::Reload { reply: tx },
-        Request::Hello { .. } | Request::Status {} => unreachable!("answered by the server"),
-    };
-    commands.send(cmd).map_err(|_| "the daemon is stopping".to_string())?;
-    rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "the daemon did not answer".to_string())?
+    let state = Arc::new(AtomicU8::new(PENDING));
+    inbox.ask(Command::Ask { request, ticket: Ticket { state: Arc::clone(&state), reply: tx } });
+    match rx.recv_timeout(ASK_DEADLINE) {
+        Ok(r) => r,
+        Err(_) if state.compare_exchange(PENDING, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire).is_ok() => Err(
+            format!("the daemon did not take the request up within {} s; it was not applied", ASK_DEADLINE.as_secs()),
+        ),
+        // taken up just now: its outcome is on its way
+        Err(_) => rx.recv().unwrap_or_else(|_| Err("the daemon is stopping".into())),
+    }
 }
 
 /// A client: send `r` to the daemon at `path` and read its reply.
 pub fn request(path: &Path, r: &Request) -> Result<Reply, String> {
     let mut s = UnixStream::connect(path)
         .map_err(|e| format!("no daemon answers at {} ({e}); start one with `strata daemon`", path.display()))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(40)));
+    let _ = s.set_read_timeout(Some(ASK_DEADLINE + Duration::from_secs(5)));
+    let _ = s.set_write_timeout(Some(LINE_DEADLINE));
     let mut line = serde_json::to_string(r).map_err(|e| e.to_string())?;
     line.push('\n');
     s.write_all(line.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -313,6 +526,7 @@ pub fn request(path: &Path, r: &Request) -> Result<Reply, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn requests_read_as_documented_and_anything_else_is_refused() {
@@ -335,17 +549,20 @@ mod tests {
     fn a_server_answers_status_hands_changes_to_the_loop_and_refuses_a_second_one() {
         let dir = std::env::temp_dir().join(format!("strata-control-{}", std::process::id()));
         let path = dir.join("sock");
-        let (tx, rx) = mpsc::channel();
+        let inbox = Inbox::new();
         let status = Arc::new(Mutex::new(None));
-        let server = Server::start(&path, None, tx, Arc::clone(&status), Arc::new(AtomicBool::new(false))).unwrap();
+        let server =
+            Server::start(&path, None, Arc::clone(&inbox), Arc::clone(&status), Arc::new(AtomicBool::new(false)))
+                .unwrap();
         let r = request(&path, &Request::Status {}).unwrap();
         assert!(!r.ok && r.error.unwrap().contains("first round"));
         *status.lock().unwrap() = Some(DaemonStatus::default());
         assert!(request(&path, &Request::Status {}).unwrap().status.is_some());
         // the loop's side: answer an attach
-        let loop_ = std::thread::spawn(move || match rx.recv().unwrap() {
-            Command::Attach { pid, priority, reply } => {
-                reply.send(if pid == 1 { Ok(()) } else { Err(format!("no process {pid}")) }).unwrap();
+        let loop_ = std::thread::spawn(move || match inbox.next(Duration::from_secs(30)) {
+            Some(Command::Ask { request: Request::Attach { pid, priority }, ticket }) => {
+                assert!(ticket.take());
+                ticket.answer(if pid == 1 { Ok(()) } else { Err(format!("no process {pid}")) });
                 assert_eq!(priority, Some(10));
             }
             _ => panic!("expected an attach"),
@@ -364,8 +581,7 @@ mod tests {
         let mut lines = BufReader::new(s).lines();
         assert!(lines.next().unwrap().unwrap().contains("bad request"));
         assert!(lines.next().unwrap().unwrap().contains("\"ok\":true"));
-        let (tx2, _rx2) = mpsc::channel();
-        let e = Server::start(&path, None, tx2, Arc::new(Mutex::new(None)), Arc::new(AtomicBool::new(false)))
+        let e = Server::start(&path, None, Inbox::new(), Arc::new(Mutex::new(None)), Arc::new(AtomicBool::new(false)))
             .err()
             .unwrap();
         assert!(e.to_string().contains("another daemon"), "{e}");
@@ -375,14 +591,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// A server on a socket of its own for one test, whose loop has stopped (attach, detach
-    /// and reload are answered at once: "the daemon is stopping"), with a status to give.
+    /// A server on a socket of its own for one test, with a status to give and a loop that
+    /// answers every attach, detach and reload at once: "the daemon is stopping".
     fn lone_server(name: &str) -> (Server, PathBuf) {
         let dir = std::env::temp_dir().join(format!("strata-control-{name}-{}", std::process::id()));
         let path = dir.join("sock");
-        let (tx, _) = mpsc::channel();
+        let inbox = Inbox::new();
         let status = Arc::new(Mutex::new(Some(DaemonStatus::default())));
-        (Server::start(&path, None, tx, status, Arc::new(AtomicBool::new(false))).unwrap(), path)
+        let server = Server::start(&path, None, Arc::clone(&inbox), status, Arc::new(AtomicBool::new(false))).unwrap();
+        std::thread::spawn(move || loop {
+            if let Some(Command::Ask { ticket, .. }) = inbox.next(Duration::from_secs(1)) {
+                if ticket.take() {
+                    ticket.answer(Err("the daemon is stopping".into()));
+                }
+            }
+        });
+        (server, path)
     }
 
     #[test]
@@ -403,9 +627,10 @@ mod tests {
         writer.join().unwrap();
         assert_eq!(replies.lines().count(), 1, "{replies}");
         assert!(replies.contains("a line of over"), "{replies}");
-        // MAX_CLIENTS connections held open: the next one is told so, and once they close a
-        // new one is served
-        let held: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        // as many connections held open as this user may hold: the next one is told so, and
+        // once they close a new one is served
+        let limit = if unsafe { libc::geteuid() } == 0 { MAX_PRIVILEGED } else { MAX_PER_USER };
+        let held: Vec<UnixStream> = (0..limit).map(|_| UnixStream::connect(&path).unwrap()).collect();
         let mut reply = String::new();
         BufReader::new(UnixStream::connect(&path).unwrap()).read_line(&mut reply).unwrap();
         assert!(reply.contains("too many connections"), "{reply}");
@@ -419,15 +644,50 @@ mod tests {
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
+    /// The review's rows 1.10 and 1.13: hellos are bounded and one a process, privileged
+    /// requests pass them, and a request withdrawn at its deadline is never applied.
+    #[test]
+    fn the_inbox_is_bounded_serves_root_first_and_never_applies_a_withdrawn_request() {
+        let inbox = Inbox::new();
+        let me = std::process::id();
+        for _ in 0..3 {
+            assert!(inbox.hello(Command::Hello { who: Identity::of(me).unwrap(), channel: None, agent: None }));
+        }
+        assert_eq!(inbox.len(), (1, 0), "one hello a process");
+        let (tx, rx) = mpsc::channel();
+        let state = Arc::new(AtomicU8::new(PENDING));
+        inbox.ask(Command::Ask { request: Request::Reload, ticket: Ticket { state: Arc::clone(&state), reply: tx } });
+        assert!(matches!(inbox.next(Duration::ZERO), Some(Command::Ask { .. })), "privileged first");
+        assert!(matches!(inbox.next(Duration::ZERO), Some(Command::Hello { .. })));
+        assert!(inbox.next(Duration::from_millis(10)).is_none());
+        drop(rx);
+        // withdrawn by the server: the loop must not take it
+        let (tx, _rx) = mpsc::channel();
+        let t = Ticket { state: Arc::new(AtomicU8::new(WITHDRAWN)), reply: tx };
+        assert!(!t.take());
+        // a hello queue at its bound refuses more (other processes' hellos)
+        let mut children: Vec<_> =
+            (0..4).map(|_| std::process::Command::new("sleep").arg("30").spawn().unwrap()).collect();
+        let small = Inbox::bounded(4);
+        for c in &children {
+            assert!(small.hello(Command::Hello { who: Identity::of(c.id()).unwrap(), channel: None, agent: None }));
+        }
+        assert!(!small.hello(Command::Hello { who: Identity::of(me).unwrap(), channel: None, agent: None }));
+        assert_eq!(small.len(), (4, 0));
+        for c in &mut children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Fuzzing the socket, which anyone may write to: mutated requests, random bytes and
     /// invalid UTF-8 get at most one reply a line, each a JSON object, and the server goes on.
     #[test]
     fn any_bytes_on_the_socket_get_json_replies_and_the_server_goes_on() {
         let (server, path) = lone_server("fuzz");
+        // (hellos end their connection: one a connection, below)
         let valid: &[&[u8]] = &[
             br#"{"op":"status"}"#,
-            br#"{"op":"hello","pid":12}"#,
-            br#"{"op":"hello","pid":12,"agent":true}"#,
             br#"{"op":"attach","pid":7,"priority":-10}"#,
             br#"{"op":"detach","pid":7}"#,
             br#"{"op":"reload"}"#,

@@ -15,13 +15,12 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::control::{Command, Server};
+use crate::control::{Command, Inbox, Request, Server};
 use crate::linux::Linux;
 use crate::status::{DaemonProcess, DaemonStatus};
 use crate::{Config, Engine, Error, ProcessObs, Stats};
@@ -220,35 +219,29 @@ impl Daemon {
 
     /// One request from the socket; what it changed is in the status at once.
     fn handle(&mut self, cmd: Command) {
-        match cmd {
-            Command::Hello(pid) => self.machine.hello(pid),
-            Command::Agent(pid, stream) => self.machine.adopt_agent(pid, stream),
-            Command::Attach { pid, priority, reply } => {
-                let r = self.machine.attach(pid, priority);
-                if r.is_ok() {
-                    save_attachments(&self.attached_file, &self.machine);
+        let (request, ticket) = match cmd {
+            Command::Hello { who, channel, agent } => {
+                if self.machine.hello(who, channel, agent) {
                     self.publish();
                 }
-                let _ = reply.send(r);
                 return;
             }
-            Command::Detach { pid, reply } => {
-                let r = self.machine.detach(pid);
-                if r.is_ok() {
-                    save_attachments(&self.attached_file, &self.machine);
-                    self.publish();
-                }
-                let _ = reply.send(r);
-                return;
-            }
-            Command::Reload { reply } => {
-                let r = self.reload();
-                self.publish();
-                let _ = reply.send(r);
-                return;
-            }
+            Command::Ask { request, ticket } => (request, ticket),
+        };
+        if !ticket.take() {
+            return; // withdrawn at its deadline: the client was told it was not applied
+        }
+        let r = match request {
+            Request::Attach { pid, priority } => self.machine.attach(pid, priority),
+            Request::Detach { pid } => self.machine.detach(pid),
+            Request::Reload => self.reload(),
+            Request::Hello { .. } | Request::Status {} => Err("answered by the server".into()),
+        };
+        if r.is_ok() {
+            save_attachments(&self.attached_file, &self.machine);
         }
         self.publish();
+        ticket.answer(r);
     }
 }
 
@@ -271,13 +264,13 @@ pub fn run(
     let _ = machine.set_trackers(&cfg.trackers(), cfg.daemon.damon_max_processes, round);
     let engine = Engine::new(&policy, cfg, &mut machine)?;
     let shared = Arc::new(Mutex::new(None));
-    let (tx, rx) = mpsc::channel();
+    let inbox = Inbox::new();
     let daemon_cfg = engine.config().daemon.clone();
     let wants_agents = Arc::new(AtomicBool::new(engine.config().wants_agents()));
     let _server = Server::start(
         &daemon_cfg.socket,
         daemon_cfg.socket_group.as_deref(),
-        tx,
+        Arc::clone(&inbox),
         Arc::clone(&shared),
         Arc::clone(&wants_agents),
     )?;
@@ -311,10 +304,8 @@ pub fn run(
                 let _ = d.reload();
             }
             let wait = (period.saturating_sub(start.elapsed())).min(Duration::from_millis(50));
-            match rx.recv_timeout(wait) {
-                Ok(cmd) => d.handle(cmd),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+            if let Some(cmd) = inbox.next(wait) {
+                d.handle(cmd);
             }
         }
     }

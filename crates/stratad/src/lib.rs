@@ -24,6 +24,7 @@ pub mod linux;
 mod machine;
 mod mover;
 mod pagemap;
+pub mod pidfd;
 pub mod probe;
 pub mod share;
 mod stats;

@@ -29,6 +29,7 @@
 //! target.
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,7 @@ use crate::channel::{Channel, ChannelError};
 use crate::config::{Mechanism, MoverConfig};
 use crate::machine::{move_statuses, Machine, MoveStatus, ProcessObs, Refusal};
 use crate::pagemap::{self, Frames};
+use crate::pidfd::Identity;
 
 const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
@@ -97,6 +99,8 @@ type Scanned = (Vec<(u64, bool, bool)>, u64, Option<u64>);
 
 /// A process the machine manages.
 struct Proc {
+    /// the process itself, for as long as it lives (a reused pid is another process)
+    pidfd: Option<crate::pidfd::Pidfd>,
     /// its channel, for a process under Strata
     channel: Option<Channel>,
     /// attached by hand (`strata attach`): managed until detached or gone
@@ -129,6 +133,7 @@ struct Proc {
 impl Proc {
     fn new(command: String, start_time: u64) -> Proc {
         Proc {
+            pidfd: None,
             channel: None,
             attached: false,
             given_priority: None,
@@ -230,12 +235,6 @@ pub(crate) fn identity(pid: u32) -> Option<(u64, String)> {
     let command = head.split_once('(')?.1.to_string();
     let start = rest.split_whitespace().nth(19)?.parse().ok()?;
     Some((start, command))
-}
-
-/// The uid that owns a process.
-pub(crate) fn owner(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
 
 /// The private anonymous writable mappings of a process, [start, end), in address order.
@@ -411,12 +410,30 @@ impl Linux {
         self.mover = mover;
     }
 
-    /// A process's agent, kept from its hello: its transactional moves go through it.
-    pub fn adopt_agent(&mut self, pid: u32, stream: std::os::unix::net::UnixStream) {
-        self.hello(pid);
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.agent = Some(Agent::new(stream));
+    /// A process handed over its channel (or said hello without one), and perhaps its agent's
+    /// connection: taken if it is still the process that said hello. Whether anything changed.
+    pub fn hello(&mut self, who: Identity, channel: Option<File>, agent: Option<UnixStream>) -> bool {
+        let pid = who.pid;
+        if pid == std::process::id() || !who.alive() {
+            return false;
         }
+        if self.procs.get(&pid).is_some_and(|p| p.start_time != who.start_time) {
+            self.procs.remove(&pid); // the pid's earlier process, gone
+        }
+        self.refused.remove(&pid);
+        let known = self.procs.get(&pid).is_some_and(|p| p.channel.is_some());
+        if self.open_channel(&who, channel).is_err() {
+            return true;
+        }
+        let Some(p) = self.procs.get_mut(&pid) else { return false };
+        if p.pidfd.is_none() {
+            p.pidfd = Some(who.pidfd);
+        }
+        if let Some(stream) = agent {
+            p.agent = Some(Agent::new(stream));
+            return true;
+        }
+        !known
     }
 
     /// When a slower node is short of free memory, every agent drops its shadows (they are
@@ -482,21 +499,30 @@ impl Linux {
 
     /// Forget processes that exited (or whose pid now names another process).
     fn prune(&mut self) {
-        self.procs.retain(|pid, p| identity(*pid).is_some_and(|(start, _)| start == p.start_time));
+        self.procs.retain(|pid, p| {
+            p.pidfd.as_ref().is_none_or(|f| f.alive()) && identity(*pid).is_some_and(|(start, _)| start == p.start_time)
+        });
         self.refused.retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
     }
 
-    /// Take a process's channel, if it has one: Ok(false) when it has none.
-    fn open_channel(&mut self, pid: u32) -> Result<bool, String> {
+    /// Take process `who`'s channel, `file` if it handed one over, else the one found among its
+    /// open files: Ok(false) when it has none.
+    fn open_channel(&mut self, who: &Identity, file: Option<File>) -> Result<bool, String> {
+        let pid = who.pid;
         if self.procs.get(&pid).is_some_and(|p| p.channel.is_some()) {
             return Ok(true);
         }
-        match Channel::open(pid) {
-            Ok(c) => {
-                let Some((start_time, command)) = identity(pid) else { return Ok(false) };
-                self.procs.entry(pid).or_insert_with(|| Proc::new(command, start_time)).channel = Some(c);
+        let opened = match file {
+            Some(f) => Channel::from_file(pid, f),
+            None => Channel::open(pid),
+        };
+        match opened {
+            Ok(c) if who.alive() => {
+                self.procs.entry(pid).or_insert_with(|| Proc::new(who.command.clone(), who.start_time)).channel =
+                    Some(c);
                 Ok(true)
             }
+            Ok(_) => Ok(false),
             Err(ChannelError::Bad { why, .. }) => {
                 if self.refused.insert(pid, why.clone()).is_none() {
                     eprintln!("strata daemon: process {pid}: its channel is refused: {why}");
@@ -518,15 +544,12 @@ impl Linux {
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             if pid != std::process::id() && !self.procs.contains_key(&pid) && !self.refused.contains_key(&pid) {
-                let _ = self.open_channel(pid);
+                if let Some(who) = Identity::of(pid) {
+                    if self.open_channel(&who, None) == Ok(true) {
+                        self.procs.get_mut(&pid).expect("just taken").pidfd = Some(who.pidfd);
+                    }
+                }
             }
-        }
-    }
-
-    /// A process says it has made its channel: take it now.
-    pub fn hello(&mut self, pid: u32) {
-        if pid != std::process::id() && !self.refused.contains_key(&pid) {
-            let _ = self.open_channel(pid);
         }
     }
 
@@ -536,9 +559,13 @@ impl Linux {
         if pid == std::process::id() {
             return Err("the daemon does not manage itself".into());
         }
-        let Some((start_time, command)) = identity(pid) else { return Err(format!("no process {pid}")) };
-        self.open_channel(pid).map_err(|why| format!("process {pid}: its channel is refused: {why}"))?;
-        let p = self.procs.entry(pid).or_insert_with(|| Proc::new(command, start_time));
+        let Some(who) = Identity::of(pid) else { return Err(format!("no process {pid}")) };
+        if self.procs.get(&pid).is_some_and(|p| p.start_time != who.start_time) {
+            self.procs.remove(&pid);
+        }
+        self.open_channel(&who, None).map_err(|why| format!("process {pid}: its channel is refused: {why}"))?;
+        let p = self.procs.entry(pid).or_insert_with(|| Proc::new(who.command.clone(), who.start_time));
+        p.pidfd.get_or_insert(who.pidfd);
         p.attached = true;
         if priority.is_some() {
             p.given_priority = priority;
