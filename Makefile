@@ -149,6 +149,12 @@ $(BUILD)/preload/two_sites: tests/preload/two_sites.c tests/vm/numa_maps.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fomit-frame-pointer -rdynamic $< -o $@ -ldl
 
+# an unprivileged user's attacks on the daemon (crates/strata-cli/tests/security.rs)
+SECURITY_BINS := $(BUILD)/security/evilchan
+$(BUILD)/security/evilchan: tests/security/evilchan.c include/strata_channel.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@
+
 # (test_invariants, test_migrate and test_sample fork while the fork handler holds every central lock: more than the 64
 # TSan's deadlock detector can track, hence detect_deadlocks=0 for them)
 c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
@@ -177,7 +183,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	tests/preload/real_programs.sh $$so
 
 # (the workspace's tests include the emulator's end-to-end ones, hence emu)
-rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS) emu
+rust-test: $(BUILD)/libstrata.so $(PRELOAD_TESTS) $(SECURITY_BINS) emu
 	cargo test --release --workspace
 
 # guest test programs: static, so the guest needs no libraries for them

@@ -17,9 +17,10 @@ pub struct Args {
     /// Stop managing it (a process under Strata keeps being managed, with its own priority)
     #[arg(long, conflicts_with = "priority")]
     detach: bool,
-    /// The daemon's control socket
-    #[arg(long, value_name = "PATH", default_value = strata_sys::STRATA_DAEMON_SOCKET_DEFAULT)]
-    socket: PathBuf,
+    /// The daemon's control socket [default: --config's daemon.socket, else $STRATA_DAEMON_SOCKET,
+    /// else /run/strata/stratad.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     /// Print the daemon's reply as JSON
     #[arg(long)]
     json: bool,
@@ -28,7 +29,7 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let r =
         if a.detach { Request::Detach { pid: a.pid } } else { Request::Attach { pid: a.pid, priority: a.priority } };
-    let reply = request(&a.socket, &r).map_err(anyhow::Error::msg)?;
+    let reply = request(&crate::config::socket(a.socket.clone()), &r).map_err(anyhow::Error::msg)?;
     if a.json {
         emit_json(&reply)?;
     }

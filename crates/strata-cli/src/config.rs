@@ -2,16 +2,27 @@
 //! units in field names, unknown fields rejected, every error with its key and line. It is
 //! stratad's configuration ([`stratad::Config`]): the topology, the engine's blocks, the
 //! policies' tables and the daemon's. examples/strata.toml documents every key.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Read the file (if any) and hand its topology to libstrata, which reads it as STRATA_TIERS
-/// and STRATA_SYSFS on first use. The environment wins over the file.
+/// and STRATA_SYSFS on first use, and its daemon's socket to the programs run under Strata and
+/// to the commands that talk to the daemon (STRATA_DAEMON_SOCKET). The environment wins over
+/// the file.
 pub fn load(path: Option<&Path>) -> anyhow::Result<Option<stratad::Config>> {
     let Some(path) = path else { return Ok(None) };
     let (cfg, _policy) = stratad::Config::load_with(path, None)?;
     set_default_env("STRATA_TIERS", cfg.topology.tiers.as_deref());
     set_default_env("STRATA_SYSFS", cfg.topology.sysfs.as_deref());
+    set_default_env("STRATA_DAEMON_SOCKET", cfg.daemon.socket.to_str());
     Ok(Some(cfg))
+}
+
+/// The daemon's socket: `--socket` if given, else the configuration's (STRATA_DAEMON_SOCKET),
+/// else the default.
+pub fn socket(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("STRATA_DAEMON_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(strata_sys::STRATA_DAEMON_SOCKET_DEFAULT))
 }
 
 /// Set a STRATA_* variable for this process (and its children) unless already set.

@@ -16,10 +16,19 @@
 //! | `strata_daemon_migration_rate_bytes_per_second` | | over the last ten seconds |
 //! | `strata_daemon_cpu_seconds_total` | | the engine's CPU time |
 //! | `strata_daemon_fast_share_bytes` | group, priority | a group's share of the fast tier, when shared |
+//!
+//! Anyone who can reach the address can connect, so what they can take is bounded: at most
+//! `MAX_CONNECTIONS` at once (more are closed as they come), each closed after `IDLE` without a
+//! byte from its client; an accept that fails (out of descriptors) is retried after a pause,
+//! never the end of the exporter.
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::State;
@@ -233,14 +242,93 @@ async fn metrics(State(s): State<Arc<Scrape>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
 }
 
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// A connection whose client sends nothing for this long is closed.
+pub const IDLE: Duration = Duration::from_secs(10);
+
+/// The listening socket, with its bounds (module doc).
+struct Capped {
+    listener: tokio::net::TcpListener,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// A connection: its slot is given back when it closes.
+struct Conn {
+    io: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    idle: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl axum::serve::Listener for Capped {
+    type Io = Conn;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Conn, SocketAddr) {
+        loop {
+            match self.listener.accept().await {
+                Ok((io, addr)) => match Arc::clone(&self.slots).try_acquire_owned() {
+                    Ok(slot) => {
+                        let idle = Box::pin(tokio::time::sleep(IDLE));
+                        return (Conn { io, _slot: slot, idle }, addr);
+                    }
+                    Err(_) => drop(io), // full: closed at once
+                },
+                // out of descriptors, or a connection gone before it was taken: wait a little
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> tokio::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl tokio::io::AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                let next = tokio::time::Instant::now() + IDLE;
+                self.idle.as_mut().reset(next);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if self.idle.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle connection")))
+            }
+            other => other,
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// Serve the metrics at http://addr/metrics until the process is stopped.
 pub fn serve(addr: SocketAddr, socket: PathBuf, top: usize) -> anyhow::Result<()> {
     let state = Arc::new(Scrape { machine: Mutex::new(Linux::new()), socket, top });
     let app = Router::new().route("/metrics", get(metrics)).with_state(state);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
         eprintln!("strata stats: serving Prometheus metrics at http://{}/metrics", listener.local_addr()?);
-        axum::serve(listener, app).await.context("serving metrics")
+        let capped = Capped { listener, slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)) };
+        axum::serve(capped, app).await.context("serving metrics")
     })
 }

@@ -65,8 +65,54 @@ pub fn check_rules(path: &Path) -> anyhow::Result<usize> {
     Ok(n as usize)
 }
 
+/// The program's path as exec would find it (through $PATH for a bare name).
+fn resolve(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+/// Why the kernel will run `program` in secure mode, dropping LD_PRELOAD (so without Strata):
+/// it is setuid or setgid to someone this process is not, or carries file capabilities.
+fn drops_preload(program: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(program).ok()?;
+    // SAFETY: these cannot fail
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        return Some("setuid");
+    }
+    if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        return Some("setgid");
+    }
+    let path = CString::new(program.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: NUL-terminated strings; a size query only (no buffer)
+    let caps = unsafe { libc::getxattr(path.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) };
+    (caps > 0).then_some("given file capabilities")
+}
+
+/// A folder only this user can enter, for the programs' reports: its name is random, so no
+/// other user can make it first.
+fn private_dir() -> anyhow::Result<PathBuf> {
+    let template = std::env::temp_dir().join("strata-run-XXXXXX");
+    let mut raw = CString::new(template.as_os_str().as_encoded_bytes())?.into_bytes_with_nul();
+    // SAFETY: a NUL-terminated template that mkdtemp rewrites in place (mode 0700)
+    if unsafe { libc::mkdtemp(raw.as_mut_ptr() as *mut libc::c_char) }.is_null() {
+        bail!("cannot make a folder for the report in {}: {}", template.display(), std::io::Error::last_os_error());
+    }
+    raw.pop();
+    Ok(PathBuf::from(String::from_utf8(raw)?))
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let lib = find_lib(a.lib.as_deref())?;
+    if let Some(why) = resolve(&a.command[0]).as_deref().and_then(drops_preload) {
+        eprintln!(
+            "strata: {} is {why}: the kernel drops LD_PRELOAD when it starts, so it runs without Strata",
+            a.command[0]
+        );
+    }
     let mut cmd = Command::new(&a.command[0]);
     cmd.args(&a.command[1..]);
     let preload = match std::env::var("LD_PRELOAD") {
@@ -84,10 +130,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(p) = a.priority {
         cmd.env("STRATA_PRIORITY", p.to_string());
     }
-    let dir = std::env::temp_dir().join(format!("strata-run-{}", std::process::id()));
+    let mut dir = PathBuf::new();
     if a.report {
         anyhow::ensure!(!a.no_contexts, "--report needs contexts (drop --no-contexts)");
-        std::fs::create_dir_all(&dir)?;
+        dir = private_dir()?;
         cmd.env("STRATA_REPORT", dir.join("report.%p.json"));
     }
     let mut child = cmd.spawn().with_context(|| format!("starting {}", a.command[0]))?;

@@ -22,9 +22,10 @@ pub struct Args {
     /// How many contexts and objects to list
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// The daemon's control socket
-    #[arg(long, value_name = "PATH", default_value = strata_sys::STRATA_DAEMON_SOCKET_DEFAULT)]
-    socket: PathBuf,
+    /// The daemon's control socket [default: --config's daemon.socket, else $STRATA_DAEMON_SOCKET,
+    /// else /run/strata/stratad.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     /// Serve the same as Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)
     /// until interrupted, instead of printing
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["json", "watch"])]
@@ -36,11 +37,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("--watch takes a positive number of seconds");
     }
     if let Some(addr) = a.metrics {
-        return crate::metrics::serve(addr, a.socket, a.top);
+        return crate::metrics::serve(addr, crate::config::socket(a.socket), a.top);
     }
+    let socket = crate::config::socket(a.socket);
     let mut m = stratad::linux::Linux::new();
     loop {
-        let s = gather(&mut m, &a.socket, a.top);
+        let s = gather(&mut m, &socket, a.top);
         if a.json {
             emit_json(&s)?;
         } else {

@@ -1,101 +1,12 @@
 //! `strata daemon`, `strata attach` and `strata stats` on this machine (one node: nothing
 //! moves between tiers here; the QEMU guest suite, tests/vm.rs, checks the moves). Each test
 //! runs its own daemon on a socket of its own.
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn strata(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("run strata");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(args: &[&str]) -> Value {
-    let (code, out, err) = strata(args);
-    assert_eq!(code, 0, "strata {args:?} failed: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("strata {args:?}: not JSON ({e}): {out}"))
-}
-
-fn repo(p: &str) -> String {
-    format!("{}/../../{p}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `program` under Strata (libstrata preloaded), announcing itself to the daemon on `sock`.
-fn under_strata(program: &str, sock: &str) -> Command {
-    let mut c = Command::new(program);
-    c.env("LD_PRELOAD", repo("build/libstrata.so")).env("STRATA_DAEMON_SOCKET", sock);
-    c
-}
-
-/// A folder of the test's own, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("strata-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, f: &str) -> String {
-        self.0.join(f).to_str().unwrap().to_string()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A daemon in the background, stopped when dropped.
-struct Daemon(Child);
-
-impl Daemon {
-    fn start(args: &[&str]) -> Daemon {
-        let child = Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        Daemon(child)
-    }
-    /// Stop it (SIGTERM) and return what it said on stderr.
-    fn stop(mut self) -> String {
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let mut err = String::new();
-        let _ = self.0.stderr.take().unwrap().read_to_string(&mut err);
-        let _ = self.0.wait();
-        err
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Poll `strata stats --json` on `socket` until `ok` holds (15 s at most); the last status.
-fn stats_until(socket: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let v = json(&["stats", "--json", "--socket", socket]);
-        if ok(&v) || Instant::now() > deadline {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+mod common;
+use common::*;
 
 #[test]
 fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_it_lacks() {
@@ -202,22 +113,6 @@ fn a_process_started_under_strata_announces_itself_to_a_running_daemon() {
     drop(daemon);
     let managed = v["daemon"]["processes"].as_array().unwrap();
     assert!(managed.iter().any(|p| p["pid"] == pid), "the process did not announce itself: {v}");
-}
-
-/// A daemon tracking with hint-fault (and ambix, rounds every `period_ms`) on a socket in
-/// `dir`, once it answers; None, saying why, where the kernel does not allow hint-fault.
-fn hint_fault_daemon(dir: &Dir, period_ms: &str) -> Option<(Daemon, String)> {
-    let probe = json(&["daemon", "--probe", "--json"]);
-    let hint = probe["trackers"].as_array().unwrap().iter().find(|t| t["name"] == "hint-fault").cloned().unwrap();
-    if hint["available"] != true {
-        eprintln!("skipped: {}", hint["reason"]);
-        return None;
-    }
-    let (sock, cfg) = (dir.path("sock"), dir.path("strata.toml"));
-    std::fs::write(&cfg, "[daemon]\npolicy = \"ambix\"\ntrackers = [\"hint-fault\", \"pagemap-scan\"]\n").unwrap();
-    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", period_ms, "-q", "--socket", &sock]);
-    stats_until(&sock, |v| !v["daemon"].is_null());
-    Some((daemon, sock))
 }
 
 /// The agent counter `key` of process `pid` in a status (0 when it has none).
@@ -373,15 +268,6 @@ fn a_bad_configuration_is_refused_with_its_key_and_line_at_start_and_on_reload()
     assert!(err.contains("configuration refused") && err.contains("line 6"), "{err}");
 }
 
-/// GET /metrics from a server on `port`.
-fn scrape(port: u16) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 #[test]
 fn the_metrics_endpoint_serves_what_stats_json_shows() {
     let dir = Dir::new("daemon-metrics");
@@ -395,24 +281,7 @@ fn the_metrics_endpoint_serves_what_stats_json_shows() {
     let pid = child.id();
     let v =
         stats_until(&sock, |v| v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid)));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["stats", "--metrics", "127.0.0.1:0", "--socket", &sock])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // the port it bound, from its first line
-    let mut err = server.stderr.take().unwrap();
-    let mut line = Vec::new();
-    let mut b = [0u8];
-    while err.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
-        line.push(b[0]);
-    }
-    let line = String::from_utf8_lossy(&line).into_owned();
-    let port: u16 = line
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.trim_end_matches("/metrics").parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line}"));
+    let (mut server, port) = exporter(&mut Command::new(env!("CARGO_BIN_EXE_strata")), &sock);
     let body = scrape(port);
     let _ = server.kill();
     let _ = server.wait();
@@ -438,4 +307,26 @@ fn the_metrics_endpoint_serves_what_stats_json_shows() {
     // the two were read a moment apart from a sleeping shell: the same within a few pages
     assert!((resident - json_resident).abs() <= 64.0 * 4096.0, "{resident} vs {json_resident}");
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+}
+
+/// The security review's L9: `strata --config FILE stats` and `attach` talk to the daemon that
+/// FILE configures, not to the default socket.
+#[test]
+fn stats_and_attach_use_the_configured_socket() {
+    let dir = Dir::new("daemon-config-socket");
+    let (sock, cfg) = (dir.path("sock"), dir.path("strata.toml"));
+    std::fs::write(&cfg, format!("[daemon]\npolicy = \"first-touch\"\nsocket = \"{sock}\"\n")).unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "50", "-q"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while json(&["--config", &cfg, "stats", "--json"])["daemon"].is_null() {
+        assert!(std::time::Instant::now() < deadline, "stats did not reach the configured daemon");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let (code, out, err) = strata(&["--config", &cfg, "attach", &child.id().to_string(), "--priority", "low"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(daemon);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("attached, priority -10"), "{out}");
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::Error;
+use crate::{Error, ProcessObs};
 
 /// The whole file.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -113,6 +113,11 @@ impl Default for MoverConfig {
     }
 }
 
+/// The shortest round: a shorter one would have the daemon spin.
+pub const MIN_PERIOD_MS: f64 = 1.0;
+/// The shortest time between two searches of every process's open files.
+pub const MIN_DISCOVERY_MS: u64 = 100;
+
 /// The live daemon's own settings.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -161,17 +166,47 @@ impl Default for DaemonConfig {
     }
 }
 
-/// What the daemon does with the processes whose command is `command`.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+/// What the daemon does with the processes a rule matches: those that match every key it gives
+/// (`command`, `exe`, `uid`, `cgroup`; at least one). The command name is the user's to choose,
+/// so a rule that favours a service should also name what no other user can: its executable,
+/// its uid or its cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessRule {
     /// the process's command name (/proc/PID/comm)
-    pub command: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// the process's executable, an absolute path (/proc/PID/exe)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<PathBuf>,
+    /// the user it runs as: every uid of it (real, effective, saved, filesystem) is this one
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// its cgroup (v2) or one above it, e.g. "/system.slice/redis.service"
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// its priority (high, normal, low or a number in -1000..1000), over the one it claims
     #[serde(default, deserialize_with = "priority_opt")]
     pub priority: Option<i32>,
     /// fast-tier bytes it may hold at most
     pub max_fast_bytes: Option<u64>,
+}
+
+impl ProcessRule {
+    /// Whether process `p` matches every key this rule gives.
+    pub fn matches(&self, p: &ProcessObs) -> bool {
+        let under = |rule: &str, got: &str| {
+            got == rule || got.strip_prefix(rule.trim_end_matches('/')).is_some_and(|rest| rest.starts_with('/'))
+        };
+        self.command.as_ref().is_none_or(|c| *c == p.command)
+            && self.exe.as_ref().is_none_or(|e| p.ids.exe.as_ref() == Some(e))
+            && self.uid.is_none_or(|u| p.ids.uid == Some(u))
+            && self.cgroup.as_ref().is_none_or(|c| p.ids.cgroup.as_deref().is_some_and(|g| under(c, g)))
+    }
+
+    fn keys(&self) -> (&Option<String>, &Option<PathBuf>, Option<u32>, &Option<String>) {
+        (&self.command, &self.exe, self.uid, &self.cgroup)
+    }
 }
 
 /// A priority by name or number: high 10, normal 0, low -10, or -1000..1000.
@@ -287,8 +322,8 @@ impl Config {
     }
 
     fn validate(&self, policy: &str) -> Result<(), Bad> {
-        if !(self.scanner.period_ms > 0.0 && self.scanner.period_ms.is_finite()) {
-            let m = format!("scanner.period_ms must be positive, not {}", self.scanner.period_ms);
+        if !(self.scanner.period_ms >= MIN_PERIOD_MS && self.scanner.period_ms.is_finite()) {
+            let m = format!("scanner.period_ms must be at least {MIN_PERIOD_MS}, not {}", self.scanner.period_ms);
             return Err(Bad::new("scanner", "period_ms", m));
         }
         if self.scanner.scan_bytes == 0 {
@@ -312,8 +347,9 @@ impl Config {
                 format!("mover.shadow_reclaim_fraction must be in [0, 1), not {}", self.mover.shadow_reclaim_fraction);
             return Err(Bad::new("mover", "shadow_reclaim_fraction", m));
         }
-        if self.daemon.discovery_ms == 0 {
-            return Err(Bad::new("daemon", "discovery_ms", "daemon.discovery_ms must be positive".into()));
+        if self.daemon.discovery_ms < MIN_DISCOVERY_MS {
+            let m = format!("daemon.discovery_ms must be at least {MIN_DISCOVERY_MS}");
+            return Err(Bad::new("daemon", "discovery_ms", m));
         }
         for t in &self.daemon.trackers {
             if !crate::linux::TRACKERS.iter().any(|k| k.name() == t) {
@@ -329,13 +365,25 @@ impl Config {
         }
         for (i, r) in self.processes.iter().enumerate() {
             let bad = |key: &str, message: String| Bad { table: "process".into(), nth: i, key: key.into(), message };
-            if r.command.is_empty() || r.command.len() > 15 {
-                let m =
-                    format!("process.command '{}' must be a command name of 1 to 15 bytes (/proc/PID/comm)", r.command);
+            if r.keys() == (&None, &None, None, &None) {
+                let m = "a [[process]] rule names the processes it is for: command, exe, uid or cgroup".to_string();
                 return Err(bad("command", m));
             }
-            if self.processes[..i].iter().any(|o| o.command == r.command) {
-                return Err(bad("command", format!("process.command '{}' has two rules", r.command)));
+            if let Some(c) = r.command.as_ref().filter(|c| c.is_empty() || c.len() > 15) {
+                let m = format!("process.command '{c}' must be a command name of 1 to 15 bytes (/proc/PID/comm)");
+                return Err(bad("command", m));
+            }
+            if let Some(e) = r.exe.as_ref().filter(|e| !e.is_absolute()) {
+                return Err(bad("exe", format!("process.exe '{}' must be an absolute path", e.display())));
+            }
+            if let Some(c) = r.cgroup.as_ref().filter(|c| !c.starts_with('/')) {
+                return Err(bad(
+                    "cgroup",
+                    format!("process.cgroup '{c}' must start with / (as /proc/PID/cgroup shows it)"),
+                ));
+            }
+            if self.processes[..i].iter().any(|o| o.keys() == r.keys()) {
+                return Err(bad("command", "two [[process]] rules name the same processes".into()));
             }
             if r.max_fast_bytes == Some(0) {
                 return Err(bad("max_fast_bytes", "process.max_fast_bytes must be positive".into()));
@@ -396,9 +444,9 @@ impl Config {
         }
     }
 
-    /// The rule for a command, if there is one.
-    pub fn rule(&self, command: &str) -> Option<&ProcessRule> {
-        self.processes.iter().find(|r| r.command == command)
+    /// The first rule that matches process `p`, if one does.
+    pub fn rule(&self, p: &ProcessObs) -> Option<&ProcessRule> {
+        self.processes.iter().find(|r| r.matches(p))
     }
 }
 
@@ -413,6 +461,11 @@ mod tests {
         assert!(e.contains("unknown field `period`") && e.contains("line 2"), "{e}");
         let e = Config::parse("[scanner]\nperiod_ms = -1\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("scanner.period_ms"), "{e}");
+        // the review's row 4.2: a period so short the daemon would spin
+        let e = Config::parse("[scanner]\nperiod_ms = 0.000001\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        let e = Config::parse("[daemon]\ndiscovery_ms = 5\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("daemon.discovery_ms must be at least 100"), "{e}");
         let e = Config::parse("[policy.ambix]\nmin_scan = 3\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("min_scan"), "{e}");
         let e = Config::parse("[policy.nosuch]\n", "ambix").unwrap_err().to_string();
@@ -435,13 +488,55 @@ mod tests {
         }
     }
 
+    /// A process of this command, with nothing else known of it.
+    fn named(command: &str) -> ProcessObs {
+        ProcessObs { command: command.into(), ..ProcessObs::default() }
+    }
+
+    /// The review's row 2.11: a command name is the user's to choose; an executable, a uid
+    /// and a cgroup are not, and a rule matches only what gives every key it names.
+    #[test]
+    fn a_process_rule_matches_only_processes_with_every_key_it_names() {
+        let text = "[[process]]\ncommand = \"db-primary\"\nexe = \"/usr/sbin/db\"\nuid = 998\npriority = \"high\"\n\n\
+                    [[process]]\ncgroup = \"/system.slice/batch.service/\"\npriority = \"low\"\n";
+        let c = Config::parse(text, "ambix").unwrap();
+        let ids = |exe: &str, uid: u32, cgroup: &str| crate::machine::ProcessIds {
+            exe: Some(exe.into()),
+            uid: Some(uid),
+            cgroup: Some(cgroup.into()),
+        };
+        let with = |command: &str, ids| ProcessObs { command: command.into(), ids, ..ProcessObs::default() };
+        let real = with("db-primary", ids("/usr/sbin/db", 998, "/system.slice/db.service"));
+        assert_eq!(c.rule(&real).and_then(|r| r.priority), Some(10));
+        // mallory's program of the same name, her own copy of the binary, or the real binary run by her
+        for fake in [
+            with("db-primary", ids("/home/mallory/db-primary", 1001, "/user.slice")),
+            with("db-primary", ids("/home/mallory/db", 998, "/user.slice")),
+            with("db-primary", ids("/usr/sbin/db", 1001, "/user.slice")),
+        ] {
+            assert!(c.rule(&fake).is_none(), "{fake:?}");
+        }
+        let batch = with("anything", ids("/bin/x", 5, "/system.slice/batch.service/worker"));
+        assert_eq!(c.rule(&batch).and_then(|r| r.priority), Some(-10), "a cgroup below the rule's");
+        let sibling = with("anything", ids("/bin/x", 5, "/system.slice/batch.service2"));
+        assert!(c.rule(&sibling).is_none(), "not a cgroup whose name only starts the same");
+        for (bad, why) in [
+            ("[[process]]\npriority = 5\n", "names the processes"),
+            ("[[process]]\nexe = \"db\"\n", "absolute path"),
+            ("[[process]]\ncgroup = \"system.slice\"\n", "start with /"),
+        ] {
+            let e = Config::parse(bad, "ambix").unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn process_rules_take_priorities_by_name_or_number_and_bad_ones_are_refused_with_their_line() {
         let text = "[daemon]\npolicy = \"ambix\"\n\n[[process]]\ncommand = \"redis-server\"\npriority = \"high\"\n\n[[process]]\ncommand = \"batch\"\npriority = -20\nmax_fast_bytes = 1073741824\n";
         let c = Config::parse(text, "ambix").unwrap();
-        assert_eq!(c.rule("redis-server").unwrap().priority, Some(10));
-        assert_eq!(c.rule("batch").map(|r| (r.priority, r.max_fast_bytes)), Some((Some(-20), Some(1 << 30))));
-        assert!(c.rule("other").is_none());
+        assert_eq!(c.rule(&named("redis-server")).unwrap().priority, Some(10));
+        assert_eq!(c.rule(&named("batch")).map(|r| (r.priority, r.max_fast_bytes)), Some((Some(-20), Some(1 << 30))));
+        assert!(c.rule(&named("other")).is_none());
         let e =
             Config::parse("[[process]]\ncommand = \"x\"\npriority = \"urgent\"\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("urgent"), "{e}");
@@ -453,7 +548,7 @@ mod tests {
         let e = Config::parse("[[process]]\ncommand = \"x\"\n[[process]]\ncommand = \"x\"\n", "ambix")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 4") && e.contains("two rules"), "{e}");
+        assert!(e.contains("line 4") && e.contains("two [[process]] rules"), "{e}");
         let e = Config::parse("[daemon]\nsocket_grup = \"strata\"\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("socket_grup"), "{e}");
         assert_eq!(parse_priority("low"), Ok(-10));
@@ -487,7 +582,17 @@ mod tests {
             .map(|l| l.trim_start_matches("# ").split('#').next().unwrap().to_string() + "\n")
             .collect();
         let r = Config::parse(&rule, "ambix").unwrap();
-        assert_eq!(r.rule("redis-server").map(|r| (r.priority, r.max_fast_bytes)), Some((Some(10), Some(4 << 30))));
+        let redis = ProcessObs {
+            command: "redis-server".into(),
+            ids: crate::ProcessIds {
+                exe: Some("/usr/bin/redis-check-rdb".into()),
+                uid: Some(105),
+                cgroup: Some("/system.slice/redis-server.service".into()),
+            },
+            ..ProcessObs::default()
+        };
+        assert_eq!(r.rule(&redis).map(|r| (r.priority, r.max_fast_bytes)), Some((Some(10), Some(4 << 30))));
+        assert!(r.rule(&named("redis-server")).is_none(), "the name alone is not enough");
         let table = |n: &str| c.policy.get(n).and_then(|t| t.as_table());
         use strata_policy::{ambix, dram_first, hmalloc, mat, parse_config, strata};
         assert_eq!(parse_config::<ambix::Config>("ambix", table("ambix")).unwrap(), ambix::Config::default());

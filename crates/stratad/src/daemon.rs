@@ -67,7 +67,11 @@ struct Attachment {
     priority: Option<i32>,
 }
 
+/// Keep the attachments in `path`: written to a new file beside it (never through a link a
+/// user planted in a shared folder) and renamed over it.
 fn save_attachments(path: &Path, m: &Linux) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let list: Vec<Attachment> = m
         .managed()
         .into_iter()
@@ -77,20 +81,57 @@ fn save_attachments(path: &Path, m: &Linux) {
             Some(Attachment { pid: p.pid, start_time, priority: p.given_priority })
         })
         .collect();
-    if let Ok(text) = serde_json::to_vec_pretty(&list) {
-        let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)).is_err() {
-            eprintln!(
-                "strata daemon: cannot keep attachments in {}; a restarted daemon will not know them",
-                path.display()
-            );
-        }
+    let Ok(text) = serde_json::to_vec_pretty(&list) else { return };
+    let tmp = path.with_extension("json.tmp");
+    let _ = std::fs::remove_file(&tmp); // a link or a file left there: removed, not followed
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&text))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        eprintln!(
+            "strata daemon: cannot keep attachments in {} ({e}); a restarted daemon will not know them",
+            path.display()
+        );
     }
 }
 
+/// The attachments a daemon kept, trusted only from a regular file (not a link) that this
+/// daemon's user owns and no one else may write.
+fn read_attachments(path: &Path) -> Result<Vec<Attachment>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    // SAFETY: geteuid cannot fail
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(format!("not a file of user {me} that only it may write"));
+    }
+    let mut text = Vec::new();
+    f.by_ref().take(1 << 20).read_to_end(&mut text).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&text).map_err(|e| e.to_string())
+}
+
 fn restore_attachments(path: &Path, m: &mut Linux) {
-    let Ok(text) = std::fs::read(path) else { return };
-    let list: Vec<Attachment> = serde_json::from_slice(&text).unwrap_or_default();
+    if !path.exists() && path.symlink_metadata().is_err() {
+        return;
+    }
+    let list = match read_attachments(path) {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("strata daemon: attachments in {} are ignored: {why}", path.display());
+            return;
+        }
+    };
     for a in list {
         if crate::linux::identity(a.pid).is_some_and(|(start, _)| start == a.start_time) {
             if let Err(e) = m.attach(a.pid, a.priority) {
@@ -165,12 +206,13 @@ impl Daemon {
                     let obs = ProcessObs {
                         pid: p.pid,
                         command: p.command.clone(),
+                        ids: p.ids.clone(),
                         claimed_priority: p.claimed_priority,
                         given_priority: p.given_priority,
                     };
                     DaemonProcess {
                         priority: self.engine.priority(&obs),
-                        max_fast_bytes: cfg.rule(&p.command).and_then(|r| r.max_fast_bytes),
+                        max_fast_bytes: cfg.rule(&obs).and_then(|r| r.max_fast_bytes),
                         process: p,
                     }
                 })

@@ -128,7 +128,7 @@ impl Engine {
 
     /// A process's priority: given from outside, else its configuration rule's, else its own.
     pub fn priority(&self, p: &ProcessObs) -> i32 {
-        p.given_priority.or_else(|| self.cfg.rule(&p.command).and_then(|r| r.priority)).unwrap_or(p.claimed_priority)
+        p.given_priority.or_else(|| self.cfg.rule(p).and_then(|r| r.priority)).unwrap_or(p.claimed_priority)
     }
 
     /// One round: observe, decide, move.
@@ -190,7 +190,7 @@ impl Engine {
         priority_of: &BTreeMap<u32, i32>,
         m: &mut dyn Machine,
     ) -> Vec<Action> {
-        let limit = |p: &ProcessObs| self.cfg.rule(&p.command).and_then(|r| r.max_fast_bytes);
+        let limit = |p: &ProcessObs| self.cfg.rule(p).and_then(|r| r.max_fast_bytes);
         let (cfg, name) = (&self.cfg, &self.name);
         let make = || cfg.make_policy(name).expect("checked when the engine was configured");
         if procs.is_empty() {

@@ -32,7 +32,7 @@ pub mod status;
 
 pub use config::Config;
 pub use engine::Engine;
-pub use machine::{Machine, MoveStatus, ProcessObs, Refusal};
+pub use machine::{Machine, MoveStatus, ProcessIds, ProcessObs, Refusal};
 pub use mover::Mover;
 pub use stats::{ProcessStats, Stats, TierStats};
 

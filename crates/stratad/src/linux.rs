@@ -157,6 +157,9 @@ impl Proc {
 pub struct Managed {
     pub pid: u32,
     pub command: String,
+    /// what rules match besides the command
+    #[serde(default, flatten)]
+    pub ids: crate::ProcessIds,
     /// it runs under Strata (it has a channel)
     pub strata: bool,
     pub attached: bool,
@@ -567,8 +570,8 @@ impl Linux {
         let p = self.procs.entry(pid).or_insert_with(|| Proc::new(who.command.clone(), who.start_time));
         p.pidfd.get_or_insert(who.pidfd);
         p.attached = true;
-        if priority.is_some() {
-            p.given_priority = priority;
+        if let Some(given) = priority {
+            p.given_priority = Some(given.clamp(strata_sys::STRATA_PRIORITY_MIN, strata_sys::STRATA_PRIORITY_MAX));
         }
         Ok(())
     }
@@ -681,6 +684,7 @@ impl Linux {
             .map(|(&pid, p)| Managed {
                 pid,
                 command: p.command.clone(),
+                ids: crate::ProcessIds::of(pid),
                 strata: p.channel.is_some(),
                 attached: p.attached,
                 claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
@@ -1026,6 +1030,7 @@ impl Machine for Linux {
             .map(|(&pid, p)| ProcessObs {
                 pid,
                 command: p.command.clone(),
+                ids: crate::ProcessIds::of(pid),
                 claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
                 given_priority: p.given_priority,
             })
@@ -1169,6 +1174,29 @@ mod tests {
         assert!(m.attach(std::process::id(), None).is_err());
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// The review's row 1.7: a hello (with an agent) is taken for the process that said it and
+    /// no other; once that process has exited, whatever has its pid now gets nothing of it.
+    #[test]
+    fn a_hello_from_a_process_that_has_exited_is_not_taken_for_another_with_its_pid() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let who = Identity::of(pid).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let (agent, _) = UnixStream::pair().unwrap();
+        let mut m = Linux::new();
+        assert!(!m.hello(who, None, Some(agent)), "taken for a process that has exited");
+        assert!(m.managed().iter().all(|p| p.pid != pid));
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        m.attach(child.id(), Some(5000)).unwrap();
+        let p = m.managed().into_iter().find(|p| p.pid == child.id()).unwrap();
+        assert_eq!(p.given_priority, Some(strata_sys::STRATA_PRIORITY_MAX), "clamped");
+        let _ = child.kill();
+        let _ = child.wait();
+        m.discover();
+        assert!(m.managed().iter().all(|p| p.pid != child.id()), "gone with its process");
     }
 
     #[test]

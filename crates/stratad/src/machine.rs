@@ -1,4 +1,5 @@
 //! The machine seam: what the engine needs of a machine, whichever it is.
+use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Counters, Directive, HintFault, Node, NodeObs, ObjectObs, PageObs, Sample, TierObs};
 
 /// Why a page did not move.
@@ -65,15 +66,45 @@ pub fn move_statuses(status: &[libc::c_int], to: Node) -> Vec<MoveStatus> {
 }
 
 /// A process the engine manages, as the machine knows it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProcessObs {
     pub pid: u32,
     /// its command name (/proc/PID/comm), which configuration rules match
     pub command: String,
+    /// what configuration rules also match, which its user cannot choose
+    pub ids: ProcessIds,
     /// the priority it claims for itself (STRATA_PRIORITY, through its channel)
     pub claimed_priority: i32,
     /// a priority given to it from outside (`strata attach --priority`), over any other
     pub given_priority: Option<i32>,
+}
+
+/// What identifies a process beyond the command name its user chose.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIds {
+    /// its executable (/proc/PID/exe)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<std::path::PathBuf>,
+    /// its uid, when its real, effective, saved and filesystem uids are all this one
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// its cgroup (v2, from /proc/PID/cgroup)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+impl ProcessIds {
+    /// Process pid's, from /proc.
+    pub fn of(pid: u32) -> ProcessIds {
+        let uids = crate::channel::process_uids(pid);
+        ProcessIds {
+            exe: std::fs::read_link(format!("/proc/{pid}/exe")).ok(),
+            uid: uids.filter(|u| u.iter().all(|&x| x == u[0])).map(|u| u[0]),
+            cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .ok()
+                .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string))),
+        }
+    }
 }
 
 /// A machine the engine observes and moves pages on.
