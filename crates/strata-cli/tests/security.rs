@@ -245,6 +245,12 @@ fn a_channel_inherited_across_a_setuid_exec_is_refused() {
     let (child, said) = started(m.run("evilchan").args(["exec", &suid, "20"]));
     assert!(said.starts_with("exec"), "{said}");
     let pid = child.id();
+    // (it said so just before its exec: wait for the exec)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{pid}/exe")).ok() != Some(PathBuf::from(&suid)) {
+        assert!(Instant::now() < deadline, "evilchan did not exec {suid}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let euid = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     if !euid.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")) {
         eprintln!("skipped: setuid does not take effect in {}", dir.0.display());
