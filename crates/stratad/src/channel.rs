@@ -110,16 +110,19 @@ impl Channel {
     /// Find process pid's channel among its open files (a daemon started after the process, or
     /// `strata stats`).
     pub fn open(pid: u32) -> Result<Channel, ChannelError> {
+        let path = Channel::find(pid).ok_or(ChannelError::Absent(pid))?;
+        let f = OpenOptions::new().read(true).write(true).open(&path).map_err(|_| ChannelError::Absent(pid))?;
+        Channel::from_file(pid, f)
+    }
+
+    /// The `/proc/PID/fd` entry of process pid's channel, if it has one (nothing is opened).
+    pub fn find(pid: u32) -> Option<std::path::PathBuf> {
         let want = channel_link();
-        let dir = format!("/proc/{pid}/fd");
-        let path = std::fs::read_dir(&dir)
-            .map_err(|_| ChannelError::Absent(pid))?
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .ok()?
             .flatten()
             .map(|e| e.path())
             .find(|p| std::fs::read_link(p).is_ok_and(|l| l.to_string_lossy() == want))
-            .ok_or(ChannelError::Absent(pid))?;
-        let f = OpenOptions::new().read(true).write(true).open(&path).map_err(|_| ChannelError::Absent(pid))?;
-        Channel::from_file(pid, f)
     }
 
     /// Take `file` as process pid's channel, once it passes every check (module doc).

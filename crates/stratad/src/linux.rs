@@ -546,7 +546,11 @@ impl Linux {
         let Ok(dir) = std::fs::read_dir("/proc") else { return };
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            if pid != std::process::id() && !self.procs.contains_key(&pid) && !self.refused.contains_key(&pid) {
+            if pid != std::process::id()
+                && !self.procs.contains_key(&pid)
+                && !self.refused.contains_key(&pid)
+                && Channel::find(pid).is_some()
+            {
                 if let Some(who) = Identity::of(pid) {
                     if self.open_channel(&who, None) == Ok(true) {
                         self.procs.get_mut(&pid).expect("just taken").pidfd = Some(who.pidfd);
