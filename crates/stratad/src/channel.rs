@@ -41,6 +41,10 @@ pub enum ChannelError {
     /// A region that is not this build's channel, or not the process's: refused, with the reason.
     #[error("process {pid}'s channel is refused: {why}")]
     Bad { pid: u32, why: String },
+    /// Another process's channel, which this one holds for a moment: a child made by vfork or
+    /// posix_spawn keeps its parent's descriptor until its exec.
+    #[error("process {pid} holds a channel that belongs to process {owner}")]
+    Inherited { pid: u32, owner: i64 },
 }
 
 pub struct Channel {
@@ -109,10 +113,14 @@ fn read_struct<T: Copy>(bytes: &[u8]) -> T {
 impl Channel {
     /// Find process pid's channel among its open files (a daemon started after the process, or
     /// `strata stats`).
+    /// A channel of another process's (vfork, posix_spawn) is none of this one's: Absent.
     pub fn open(pid: u32) -> Result<Channel, ChannelError> {
         let path = Channel::find(pid).ok_or(ChannelError::Absent(pid))?;
         let f = OpenOptions::new().read(true).write(true).open(&path).map_err(|_| ChannelError::Absent(pid))?;
-        Channel::from_file(pid, f)
+        match Channel::from_file(pid, f) {
+            Err(ChannelError::Inherited { .. }) => Err(ChannelError::Absent(pid)),
+            r => r,
+        }
     }
 
     /// The `/proc/PID/fd` entry of process pid's channel, if it has one (nothing is opened).
@@ -154,6 +162,9 @@ impl Channel {
         let mut c = Channel { pid, file, len, header: Header::default(), known: Vec::new(), known_used: u64::MAX };
         c.header = c.read_header().ok_or_else(|| bad("its header cannot be read".into()))?;
         c.check().map_err(bad)?;
+        if c.header.pid != pid as i64 {
+            return Err(ChannelError::Inherited { pid, owner: c.header.pid });
+        }
         Ok(c)
     }
 
@@ -186,9 +197,6 @@ impl Channel {
             || !fits(end(h.objects_offset, h.object_capacity, h.object_bytes))
         {
             return Err("its tables do not fit in the region".into());
-        }
-        if h.pid != self.pid as i64 {
-            return Err(format!("it belongs to process {}", h.pid));
         }
         Ok(())
     }
@@ -423,6 +431,10 @@ mod tests {
         refused(|h| h.object_capacity = 1 << 40, "larger than libstrata");
         refused(|h| h.object_capacity = 1 << 10, "do not fit");
         refused(|h| h.pid = 1, "belongs to process 1");
+        // found among this process's files, another's channel is not this one's
+        let f = region(1, |_| {});
+        assert_eq!(Channel::open(me).err(), Some(ChannelError::Absent(me)));
+        drop(f);
     }
 
     /// The review's rows 2.4, 2.5, 2.8: a region that can be truncated or grown under a
@@ -501,7 +513,7 @@ mod tests {
                     opened += 1;
                     read_all(&mut c);
                 }
-                Err(ChannelError::Bad { .. }) => refused += 1,
+                Err(ChannelError::Bad { .. } | ChannelError::Inherited { .. }) => refused += 1,
                 Err(e) => panic!("{e}"),
             }
         }

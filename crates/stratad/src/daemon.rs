@@ -298,6 +298,7 @@ pub fn run(
 ) -> Result<Stats, Error> {
     let (cfg, policy) = options.load()?;
     let mut machine = Linux::new();
+    machine.say_refusals();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
     machine.set_reserve(cfg.reserve());
     machine.set_mover(cfg.mover.clone());

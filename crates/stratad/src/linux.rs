@@ -206,6 +206,8 @@ pub struct Linux {
     damon_keep: usize,
     /// how pages move (the daemon's mover configuration)
     mover: MoverConfig,
+    /// say on stderr why a channel is refused (the daemon does; `strata stats` only lists them)
+    say_refusals: bool,
 }
 
 /// move_pages(2) on another process; `nodes` None only asks where the pages are.
@@ -405,7 +407,13 @@ impl Linux {
             damon_regions: BTreeMap::new(),
             damon_keep: 1,
             mover: MoverConfig::default(),
+            say_refusals: false,
         }
+    }
+
+    /// Say on stderr, once a process, why its channel is refused (the daemon's machine).
+    pub fn say_refusals(&mut self) {
+        self.say_refusals = true;
     }
 
     /// Move pages by this mechanism from now on.
@@ -526,8 +534,13 @@ impl Linux {
                 Ok(true)
             }
             Ok(_) => Ok(false),
-            Err(ChannelError::Bad { why, .. }) => {
-                if self.refused.insert(pid, why.clone()).is_none() {
+            Err(e @ (ChannelError::Bad { .. } | ChannelError::Inherited { .. })) => {
+                // (Inherited only from a hello: a process handed over another's channel)
+                let why = match e {
+                    ChannelError::Bad { why, .. } => why,
+                    other => other.to_string(),
+                };
+                if self.refused.insert(pid, why.clone()).is_none() && self.say_refusals {
                     eprintln!("strata daemon: process {pid}: its channel is refused: {why}");
                 }
                 Err(why)
