@@ -26,7 +26,7 @@ Examples:
   strata topo --emulate m2t --json the M2T testbed as an emulated topology
   strata bench locality            NextTo vs malloc: pages per list traversal, speed-up
   strata bench alloc               strata_malloc vs glibc malloc throughput
-  strata run --report -- python3 x.py   run a program under Strata, report its contexts
+  strata run --report -- python3 x.py   run a program under Strata; its contexts in a report file
   strata kv serve --variant nextto   the M2T key-value store on 127.0.0.1:6380 (redis-cli works)
   strata bench ycsb                YCSB on strata-kv: std vs nextto
   strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier

@@ -1,5 +1,10 @@
 //! `strata run`: run a program under Strata's transparent mode (LD_PRELOAD=libstrata.so),
 //! optionally with placement rules, and report its allocation contexts at exit.
+//!
+//! The program's output is its own: the report goes to a file or a descriptor the user names,
+//! never to stdout or stderr, where it would land in the program's output (`gzip -c > x.gz`).
+//! The signals a service manager stops a service with reach the program: `strata run` passes
+//! them on and waits, so stopping it never leaves the program running without it.
 use std::ffi::{CStr, CString};
 use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
@@ -12,18 +17,21 @@ use serde_json::Value;
 use strata_util::find_built;
 use strata_util::size::format as bytes;
 
-use crate::output::emit;
-
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print a per-context report after the program exits (top contexts by bytes allocated
-    /// and by live bytes, with stacks, directives, and where tracked objects are)
-    #[arg(long)]
-    report: bool,
+    /// Write a per-context report when the program exits (top contexts by bytes allocated and
+    /// by live bytes, with stacks, directives, and where tracked objects are) to FILE, by
+    /// default strata-report.COMMAND.PID.txt (.json with --json) in the current folder; its path
+    /// is said on stderr. Never written into the program's output
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    report: Option<Option<PathBuf>>,
+    /// Write the report to this open descriptor instead of a file (e.g. `--report-fd 3 3>r.txt`)
+    #[arg(long, value_name = "FD", conflicts_with = "report")]
+    report_fd: Option<i32>,
     /// Placement rules for allocation contexts (see examples/rules.txt)
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
-    /// With --report: print the reports as JSON
+    /// With --report: the report as JSON
     #[arg(long)]
     json: bool,
     /// Contexts shown per ranking in the report
@@ -105,6 +113,78 @@ fn private_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8(raw)?))
 }
 
+/// Where the report goes, chosen before the program starts (so a bad choice costs no run).
+enum ReportTo {
+    /// a file (None: the default name)
+    File(Option<PathBuf>),
+    Fd(std::fs::File),
+}
+
+impl ReportTo {
+    fn of(a: &Args) -> anyhow::Result<Option<ReportTo>> {
+        use std::os::fd::FromRawFd;
+        if let Some(fd) = a.report_fd {
+            // SAFETY: dup of a descriptor checked open; the copy is this File's own
+            let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if fd < 0 || copy < 0 {
+                bail!("--report-fd {fd}: not an open descriptor");
+            }
+            return Ok(Some(ReportTo::Fd(unsafe { std::fs::File::from_raw_fd(copy) })));
+        }
+        Ok(a.report.clone().map(ReportTo::File))
+    }
+
+    /// Write the report; the file's default name has the program's command and pid.
+    fn write(self, text: &str, command: &str, pid: u32, json: bool) -> anyhow::Result<()> {
+        use std::io::Write as _;
+        match self {
+            ReportTo::Fd(mut f) => f.write_all(text.as_bytes()).context("writing the report")?,
+            ReportTo::File(path) => {
+                let path = path.unwrap_or_else(|| {
+                    let name = Path::new(command).file_name().map_or("program".into(), |n| n.to_string_lossy());
+                    PathBuf::from(format!("strata-report.{name}.{pid}.{}", if json { "json" } else { "txt" }))
+                });
+                std::fs::write(&path, text).with_context(|| format!("writing the report to {}", path.display()))?;
+                eprintln!("strata: report written to {}", path.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The signals `strata run` passes on to the program: those a service manager or a user sends
+/// the wrapper to stop, reload or poke the service. One the kernel sent (the terminal's Ctrl-C
+/// or hang-up) reached the program's process group already and is not sent twice.
+const FORWARDED: [i32; 6] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2];
+
+/// Pass the FORWARDED signals on to the program whose pid `child` will hold (one that comes
+/// before it starts is passed on once it has).
+fn forward_signals(
+    child: std::sync::Arc<std::sync::atomic::AtomicI32>,
+) -> anyhow::Result<signal_hook::iterator::Handle> {
+    use signal_hook::iterator::exfiltrator::WithRawSiginfo;
+    use std::sync::atomic::Ordering;
+    let mut signals = signal_hook::iterator::SignalsInfo::<WithRawSiginfo>::new(FORWARDED)?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        for info in signals.forever() {
+            if info.si_code > 0 {
+                continue; // the kernel's (a terminal's), to the whole process group
+            }
+            let mut pid = child.load(Ordering::Acquire);
+            while pid == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                pid = child.load(Ordering::Acquire);
+            }
+            if pid > 0 {
+                // SAFETY: a signal to the program this process started and has not reaped
+                unsafe { libc::kill(pid, info.si_signo) };
+            }
+        }
+    });
+    Ok(handle)
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let lib = find_lib(a.lib.as_deref())?;
     if let Some(why) = resolve(&a.command[0]).as_deref().and_then(drops_preload) {
@@ -130,25 +210,40 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(p) = a.priority {
         cmd.env("STRATA_PRIORITY", p.to_string());
     }
+    let report_to = ReportTo::of(&a)?;
     let mut dir = PathBuf::new();
-    if a.report {
+    if report_to.is_some() {
         anyhow::ensure!(!a.no_contexts, "--report needs contexts (drop --no-contexts)");
         dir = private_dir()?;
         cmd.env("STRATA_REPORT", dir.join("report.%p.json"));
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.command[0]))?;
+    let child_pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let signals = forward_signals(std::sync::Arc::clone(&child_pid))?;
+    let spawned = cmd.spawn().with_context(|| format!("starting {}", a.command[0]));
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            child_pid.store(-1, std::sync::atomic::Ordering::Release);
+            return Err(e);
+        }
+    };
     let pid = child.id();
+    child_pid.store(pid as i32, std::sync::atomic::Ordering::Release);
     let status = child.wait()?;
+    child_pid.store(-1, std::sync::atomic::Ordering::Release); // reaped: its pid is no longer its
+    signals.close();
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    if a.report {
-        let result = print_report(&dir, pid, &a);
+    if let Some(to) = report_to {
+        let text = report(&dir, pid, &a);
         let _ = std::fs::remove_dir_all(&dir);
-        result?;
+        to.write(&text?, &a.command[0], pid, a.json)?;
     }
     Ok(code)
 }
 
-fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
+/// The report of the program `pid` (and the processes it started), from the files libstrata
+/// wrote in `dir`: as text, or JSON.
+fn report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<String> {
     let mut reports: Vec<Value> = Vec::new();
     for e in std::fs::read_dir(dir)?.flatten() {
         let text = std::fs::read_to_string(e.path())?;
@@ -160,10 +255,10 @@ fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
     // the program itself first, then any processes it started
     reports.sort_by_key(|r| (r["pid"].as_u64() != Some(pid as u64), r["pid"].as_u64()));
     if a.json {
-        return crate::output::emit_json(&serde_json::json!({ "pid": pid, "processes": reports }));
+        return Ok(serde_json::to_string_pretty(&serde_json::json!({ "pid": pid, "processes": reports }))? + "\n");
     }
     if reports.is_empty() {
-        return emit("strata: no report was written (the program exited abnormally, or is statically linked)\n");
+        return Ok("strata: no report was written (the program exited abnormally, or is statically linked)\n".into());
     }
     let mut s = String::new();
     for r in reports.iter().take(1) {
@@ -227,5 +322,5 @@ fn print_report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<()> {
     if reports.len() > 1 {
         let _ = writeln!(s, "\n({} more processes reported; --json shows them all)", reports.len() - 1);
     }
-    emit(&s)
+    Ok(s)
 }

@@ -158,14 +158,20 @@ fn run_with_rules_and_report() {
     let bin = repo("build/preload/two_sites");
     assert!(std::path::Path::new(&bin).exists(), "run `make c-test` first (builds {bin})");
     let (lib, rules) = (repo("build/libstrata.so"), repo("tests/preload/two_sites.rules"));
-    let report = |json: &[&str]| {
-        let args = [&["run", "--lib", &lib, "--rules", &rules, "--report"], json, &["--", &bin, "--with-rules"]];
+    let dir = std::env::temp_dir().join(format!("strata-run-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("report.json").to_str().unwrap().to_string();
+    let report = |to: &str, json: &[&str]| {
+        let args = [&["run", "--lib", &lib, "--rules", &rules, to], json, &["--", &bin, "--with-rules"]];
         strata(&args.concat())
     };
-    let (code, out, err) = report(&["--json"]);
+    let (code, out, err) = report(&format!("--report={file}"), &["--json"]);
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("report written to {file}")), "{err}");
     let first = out.lines().next().unwrap_or("");
     assert!(first.starts_with("two_sites: ") && first.ends_with(" passed, 0 failed"), "{out}"); // its own output
+    assert!(!out.contains('{'), "the report is not in the program's output: {out}");
+    let out = std::fs::read_to_string(&file).unwrap();
     let v: Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
     let procs = v["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 1);
@@ -189,9 +195,75 @@ fn run_with_rules_and_report() {
     let frees: u64 = slow.iter().map(|c| c["frees"].as_u64().unwrap()).sum();
     assert_eq!((allocs, frees), (100, 100), "every allocation and free counted");
     // the human report names the call sites
-    let (code, out, _) = report(&[]);
+    let text = dir.join("report.txt").to_str().unwrap().to_string();
+    let (code, _, _) = report(&format!("--report={text}"), &[]);
     assert_eq!(code, 0);
+    let out = std::fs::read_to_string(&text).unwrap();
     assert!(out.contains("alloc_slow_site") && out.contains("top contexts by bytes allocated"), "{out}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The first-use review's item 1: `strata run --report -- gzip -c big > big.gz` appended the
+/// report to the archive. The program's output is its own; the report goes to a file (a default
+/// name with the command and pid, said on stderr) or to a descriptor the user names.
+#[test]
+fn the_report_never_touches_the_programs_output() {
+    let dir = std::env::temp_dir().join(format!("strata-run-own-output-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = repo("build/libstrata.so");
+    let script = "x=$(seq 1 3000); echo out; echo err >&2; echo $$ > pid";
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["run", "--lib", &lib, "--report", "--", "sh", "-c", script])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "out\n", "the program's stdout, untouched");
+    let pid = std::fs::read_to_string(dir.join("pid")).unwrap().trim().to_string();
+    let name = format!("strata-report.sh.{pid}.txt");
+    assert!(stderr.starts_with("err\n") && stderr.contains(&format!("report written to {name}")), "{stderr}");
+    assert!(std::fs::read_to_string(dir.join(&name)).unwrap().contains("== Strata report: pid"));
+    // to a descriptor: fd 3, opened by the shell
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "{} run --lib {lib} --report-fd 3 --json -- sh -c 'x=$(seq 1 3000); echo out' 3>r.json",
+                env!("CARGO_BIN_EXE_strata")
+            ),
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    assert!(v["processes"].as_array().is_some_and(|p| !p.is_empty()), "{v}");
+    let (code, _, err) = strata(&["run", "--lib", &lib, "--report-fd", "77", "--", "true"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not an open descriptor"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The first-use review's item 2: SIGTERM to `strata run` (how systemd, Docker and Kubernetes
+/// stop a service) left the program running, adopted by init. It is passed on, and `strata
+/// run` exits as the program did.
+#[test]
+fn stopping_strata_run_stops_the_program() {
+    use std::io::BufRead;
+    let mut wrapper = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["run", "--lib", &repo("build/libstrata.so"), "--", "sh", "-c", "echo $$; exec sleep 60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(wrapper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let program: u32 = line.trim().parse().unwrap();
+    unsafe { libc::kill(wrapper.id() as i32, libc::SIGTERM) };
+    let status = wrapper.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "strata run exits as its program did");
+    assert!(!std::path::Path::new(&format!("/proc/{program}")).exists(), "the program {program} is still running");
 }
 
 #[test]
