@@ -55,6 +55,7 @@ impl Options {
             cfg.daemon.socket = s.clone();
         }
         cfg.check(&policy)?;
+        cfg.check_live()?;
         Ok((cfg, policy))
     }
 }
