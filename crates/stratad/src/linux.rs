@@ -432,6 +432,10 @@ impl Linux {
             self.procs.remove(&pid); // the pid's earlier process, gone
         }
         self.refused.remove(&pid);
+        let handed = channel.is_some();
+        if let Some(p) = self.procs.get_mut(&pid).filter(|_| handed) {
+            p.channel = None; // a process that exec'd says hello again with its new channel
+        }
         let known = self.procs.get(&pid).is_some_and(|p| p.channel.is_some());
         if self.open_channel(&who, channel).is_err() {
             return true;
@@ -444,7 +448,7 @@ impl Linux {
             p.agent = Some(Agent::new(stream));
             return true;
         }
-        !known
+        handed || !known
     }
 
     /// When a slower node is short of free memory, every agent drops its shadows (they are
