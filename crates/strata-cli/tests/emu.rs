@@ -578,11 +578,13 @@ fn debian_redis_runs_on_the_emulated_machine() {
     assert!(list.as_array().unwrap().iter().any(|b| b["name"] == "redis"), "{list}");
 
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    // under strata run --report (transparent mode), whose report the emulator passes on to
-    // stderr with the program's other output
+    // under strata run --report (transparent mode), its report in a file of the test's own
+    let report_file = std::env::temp_dir().join(format!("strata-emu-redis-report-{}.json", std::process::id()));
     let run = strata()
         .args(["emu", "run", "--fast-bytes", "2M", "--json", "--quiet", "--", env!("CARGO_BIN_EXE_strata")])
-        .args(["run", "--report", "--json", "--lib"])
+        .arg("run")
+        .arg(format!("--report={}", report_file.display()))
+        .args(["--json", "--lib"])
         .arg(root().join("build/libstrata.so"))
         .args(["--", &server, "--port", &port.to_string(), "--logfile", "/dev/null"])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -621,8 +623,9 @@ fn debian_redis_runs_on_the_emulated_machine() {
     }
     // the contexts of a real server: its own functions, in its own binary (named by its path
     // although Redis writes its process title over argv[0])
-    let err = String::from_utf8_lossy(&out.stderr);
-    let report: Value = serde_json::from_str(&err[err.find('{').expect("a context report")..]).unwrap();
+    let text = std::fs::read_to_string(&report_file).expect("a context report");
+    let _ = std::fs::remove_file(&report_file);
+    let report: Value = serde_json::from_str(&text).unwrap();
     let frames: Vec<&Value> = report["processes"][0]["contexts"]
         .as_array()
         .unwrap()
