@@ -120,6 +120,9 @@ fn alive(c: &mut Child) -> bool {
     c.try_wait().unwrap().is_none()
 }
 
+/// Names planted ahead of the next pid: more than the other tests of this file start meanwhile.
+const PLANTED: u32 = 2000;
+
 /// Rows 2.2 and 2.3: symbolic links and 0666 files planted by another user at the names
 /// channels had (/dev/shm/strata.PID) for the next pids; a root program under Strata writes
 /// none of them and none of them becomes its channel.
@@ -137,7 +140,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
              os.symlink(sys.argv[1], n) if sys.argv[2] == 'symlink' else os.close(os.open(n, os.O_CREAT | os.O_WRONLY, 0o666))\n        \
              os.chmod(n, 0o666) if sys.argv[2] == 'file' else None\n    except OSError:\n        pass\n",
             next + 1,
-            next + 400
+            next + PLANTED
         );
         let ok = m.run("/usr/bin/python3").args(["-c", &plant, &target, kind]).status().unwrap();
         assert!(ok.success());
@@ -147,7 +150,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
         drop(victim);
         assert!(managed(&v, pid).is_some_and(|p| p["strata"] == true), "its own channel is taken: {v}");
         assert!(v["daemon"]["refused"][pid.to_string()].is_null(), "{v}");
-        for p in next + 1..next + 400 {
+        for p in next + 1..next + PLANTED {
             let n = format!("/dev/shm/strata.{p}");
             if let Ok(meta) = std::fs::symlink_metadata(&n) {
                 assert!(meta.file_type().is_symlink() || meta.len() == 0, "{n} was written ({kind})");
@@ -155,7 +158,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
             }
         }
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious root data", "{kind}");
-        assert!(pid > next && pid < next + 400, "{pid}: the test planted the wrong names");
+        assert!(pid > next && pid < next + PLANTED, "{pid}: the test planted the wrong names");
     }
     drop(daemon);
 }
