@@ -29,8 +29,9 @@ fn mallory() -> Option<&'static Mallory> {
             eprintln!("skipped: the security tests run as root (they make a user to attack with)");
             return None;
         }
-        let _ = Command::new("useradd")
+        let _ = Command::new("useradd") // (made by an earlier run, or now)
             .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "strata-mallory"])
+            .stderr(Stdio::null())
             .status();
         let id = |flag: &str| -> u32 {
             let out = Command::new("id").args([flag, "strata-mallory"]).output().unwrap();
