@@ -373,7 +373,9 @@ impl Input {
     /// recvmsg: bytes into `buf`, descriptors passed with them into `fds` (closed on exec).
     fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-        let mut ctl = [0u64; 16];
+        // room for one descriptor (CMSG_SPACE of an int): the kernel closes any more a peer
+        // sends, so no connection can fill the daemon's table, even for a moment
+        let mut ctl = [0u64; 3];
         // SAFETY: a zeroed msghdr is valid; its pointers are set below to live buffers
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
@@ -399,7 +401,7 @@ impl Input {
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        self.fds.truncate(1); // one channel a hello; any more are closed
+        self.fds.truncate(1); // one channel a hello
         Ok(n as usize)
     }
 
@@ -540,6 +542,8 @@ mod tests {
             serde_json::from_str::<Request>(r#"{"op":"attach","pid":7}"#).unwrap(),
             Request::Attach { pid: 7, priority: None }
         );
+        // the control buffer Input::recv gives recvmsg holds one descriptor and no more
+        assert_eq!(unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) }, 24);
         for bad in [r#"{"op":"explode"}"#, r#"{"op":"hello"}"#, r#"{"op":"status","x":1}"#, "hello", r#"{"pid":1}"#] {
             assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
         }

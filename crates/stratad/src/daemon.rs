@@ -288,6 +288,20 @@ impl Daemon {
     }
 }
 
+/// Allow as many open files as the hard limit does: the daemon holds a pidfd and a channel for
+/// every process under Strata (and an agent's connection for some), more than the usual soft
+/// limit of 1,024 allows past a few hundred processes.
+fn raise_open_files() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit on a struct of this process's
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// Run until `stop` is set or `options.rounds` rounds have run; `reload` set (by SIGHUP) reads
 /// the configuration again. `each` sees the status after every round. Returns the final
 /// statistics.
@@ -298,6 +312,7 @@ pub fn run(
     mut each: impl FnMut(&DaemonStatus),
 ) -> Result<Stats, Error> {
     let (cfg, policy) = options.load()?;
+    raise_open_files();
     let mut machine = Linux::new();
     machine.say_refusals();
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
