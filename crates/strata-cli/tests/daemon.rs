@@ -274,11 +274,15 @@ fn the_metrics_endpoint_serves_what_stats_json_shows() {
     let sock = dir.path("sock");
     let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
     let mut child = under_strata("sh", &sock)
-        .args(["-c", "x=$(head -c 300000 /dev/zero | tr '\\0' a); sleep 20"])
-        .stdout(Stdio::null())
+        .args(["-c", "x=$(head -c 300000 /dev/zero | tr '\\0' a); echo ready; sleep 20"])
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
+    // the shell has built its string and waits: its resident bytes no longer change
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut ready).unwrap();
+    assert_eq!(ready, "ready\n");
     let v =
         stats_until(&sock, |v| v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid)));
     let (mut server, port) = exporter(&mut Command::new(env!("CARGO_BIN_EXE_strata")), &sock);
