@@ -25,7 +25,8 @@
 //! - a reply written within `LINE_DEADLINE`, else the connection is closed;
 //! - `MAX_PER_USER` connections a user, `MAX_CLIENTS` for all unprivileged users together, and
 //!   `MAX_PRIVILEGED` more kept for root and the socket's group;
-//! - `MAX_HELLOS` hellos waiting for the loop, one a process (a newer one replaces it);
+//! - `MAX_HELLOS` hellos waiting for the loop, `MAX_HELLOS_PER_USER` of one user's, one a
+//!   process (a newer one replaces it);
 //! - a privileged request not taken up by the loop within `ASK_DEADLINE` is withdrawn and said
 //!   so; it is never applied later.
 use std::collections::{HashMap, VecDeque};
@@ -56,8 +57,9 @@ pub const MAX_CLIENTS: usize = 256;
 pub const MAX_PER_USER: usize = 32;
 /// Connections kept for root and the socket's group, whatever other users hold.
 pub const MAX_PRIVILEGED: usize = 64;
-/// Hellos waiting for the daemon's loop.
+/// Hellos waiting for the daemon's loop, of every user and of one.
 pub const MAX_HELLOS: usize = 4096;
+pub const MAX_HELLOS_PER_USER: usize = 256;
 /// A line must arrive, and a reply be taken, within this.
 pub const LINE_DEADLINE: Duration = Duration::from_secs(10);
 /// A privileged request the loop has not taken up by then is withdrawn.
@@ -141,38 +143,41 @@ pub struct Inbox {
     queue: Mutex<Queues>,
     ready: Condvar,
     max_hellos: usize,
+    max_per_user: usize,
 }
 
 #[derive(Default)]
 struct Queues {
     asks: VecDeque<Command>,
-    hellos: VecDeque<Command>,
+    /// each with the uid of the user whose process said it
+    hellos: VecDeque<(u32, Command)>,
 }
 
 impl Inbox {
     pub fn new() -> Arc<Inbox> {
-        Inbox::bounded(MAX_HELLOS)
+        Inbox::bounded(MAX_HELLOS, MAX_HELLOS_PER_USER)
     }
 
-    fn bounded(max_hellos: usize) -> Arc<Inbox> {
-        Arc::new(Inbox { queue: Mutex::new(Queues::default()), ready: Condvar::new(), max_hellos })
+    fn bounded(max_hellos: usize, max_per_user: usize) -> Arc<Inbox> {
+        Arc::new(Inbox { queue: Mutex::new(Queues::default()), ready: Condvar::new(), max_hellos, max_per_user })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A hello: replaces one waiting from the same process; refused (false) when `MAX_HELLOS`
-    /// wait already.
-    fn hello(&self, cmd: Command) -> bool {
+    /// A hello from a process of user `uid`: replaces one waiting from the same process;
+    /// refused (false) when as many wait already as may, of everyone's or of this user's.
+    fn hello(&self, uid: u32, cmd: Command) -> bool {
         let Command::Hello { who, .. } = &cmd else { return false };
         let pid = who.pid;
         let mut q = self.lock();
-        let same = q.hellos.iter().position(|c| matches!(c, Command::Hello { who, .. } if who.pid == pid));
+        let same = q.hellos.iter().position(|(_, c)| matches!(c, Command::Hello { who, .. } if who.pid == pid));
         match same {
-            Some(i) => q.hellos[i] = cmd,
+            Some(i) => q.hellos[i] = (uid, cmd),
             None if q.hellos.len() >= self.max_hellos => return false,
-            None => q.hellos.push_back(cmd),
+            None if q.hellos.iter().filter(|(u, _)| *u == uid).count() >= self.max_per_user => return false,
+            None => q.hellos.push_back((uid, cmd)),
         }
         self.ready.notify_one();
         true
@@ -189,7 +194,7 @@ impl Inbox {
         if q.asks.is_empty() && q.hellos.is_empty() {
             q = self.ready.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
         }
-        q.asks.pop_front().or_else(|| q.hellos.pop_front())
+        q.asks.pop_front().or_else(|| q.hellos.pop_front().map(|(_, c)| c))
     }
 
     /// Requests waiting now (hellos, privileged).
@@ -342,7 +347,7 @@ impl Server {
                     let shared2 = Arc::clone(&shared);
                     // a thread a connection: a slow client holds up no one else
                     let spawned = std::thread::Builder::new().name("stratad-client".into()).spawn(move || {
-                        serve(stream, privileged, &shared2);
+                        serve(stream, uid, privileged, &shared2);
                         shared2.held.lock().unwrap_or_else(|e| e.into_inner()).give_back(uid, privileged);
                     });
                     if spawned.is_err() {
@@ -439,8 +444,8 @@ impl Input {
     }
 }
 
-/// Answer one connection's requests until it closes (or becomes an agent's).
-fn serve(stream: UnixStream, privileged: bool, shared: &Shared) {
+/// Answer one connection's requests (from user `uid`) until it closes (or becomes an agent's).
+fn serve(stream: UnixStream, uid: u32, privileged: bool, shared: &Shared) {
     let Ok(mut out) = stream.try_clone() else { return };
     let mut input = Input { stream, buf: Vec::new(), fds: Vec::new() };
     while let Some(line) = input.line() {
@@ -466,13 +471,13 @@ fn serve(stream: UnixStream, privileged: bool, shared: &Shared) {
                     return;
                 };
                 if !agent {
-                    shared.inbox.hello(Command::Hello { who, channel, agent: None });
+                    shared.inbox.hello(uid, Command::Hello { who, channel, agent: None });
                     return; // one hello a connection
                 }
                 let want = shared.wants_agents.load(Ordering::Relaxed);
                 let _ = out.write_all(if want { b"{\"agent\":true}\n" } else { b"{\"agent\":false}\n" });
                 let agent = want.then(|| out.try_clone().ok()).flatten();
-                shared.inbox.hello(Command::Hello { who, channel, agent });
+                shared.inbox.hello(uid, Command::Hello { who, channel, agent });
                 return; // one hello a connection
             }
             Ok(Request::Status {}) => match shared.status.lock().map(|s| s.clone()) {
@@ -655,7 +660,7 @@ mod tests {
         let inbox = Inbox::new();
         let me = std::process::id();
         for _ in 0..3 {
-            assert!(inbox.hello(Command::Hello { who: Identity::of(me).unwrap(), channel: None, agent: None }));
+            assert!(inbox.hello(0, Command::Hello { who: Identity::of(me).unwrap(), channel: None, agent: None }));
         }
         assert_eq!(inbox.len(), (1, 0), "one hello a process");
         let (tx, rx) = mpsc::channel();
@@ -669,14 +674,15 @@ mod tests {
         let (tx, _rx) = mpsc::channel();
         let t = Ticket { state: Arc::new(AtomicU8::new(WITHDRAWN)), reply: tx };
         assert!(!t.take());
-        // a hello queue at its bound refuses more (other processes' hellos)
+        // a hello queue at its bounds refuses more: one user's, then everyone's
         let mut children: Vec<_> =
             (0..4).map(|_| std::process::Command::new("sleep").arg("30").spawn().unwrap()).collect();
-        let small = Inbox::bounded(4);
-        for c in &children {
-            assert!(small.hello(Command::Hello { who: Identity::of(c.id()).unwrap(), channel: None, agent: None }));
-        }
-        assert!(!small.hello(Command::Hello { who: Identity::of(me).unwrap(), channel: None, agent: None }));
+        let hello = |pid: u32| Command::Hello { who: Identity::of(pid).unwrap(), channel: None, agent: None };
+        let small = Inbox::bounded(4, 2);
+        assert!(small.hello(7, hello(children[0].id())) && small.hello(7, hello(children[1].id())));
+        assert!(!small.hello(7, hello(children[2].id())), "a third of user 7's");
+        assert!(small.hello(8, hello(children[2].id())) && small.hello(9, hello(children[3].id())));
+        assert!(!small.hello(10, hello(me)), "a fifth of everyone's");
         assert_eq!(small.len(), (4, 0));
         for c in &mut children {
             let _ = c.kill();
