@@ -17,6 +17,10 @@ have git || need_pkgs+=(git)
 have g++ || need_pkgs+=(g++)
 # real programs run under LD_PRELOAD by the tests
 have sqlite3 || need_pkgs+=(sqlite3)
+# the security tests: a user to attack with, its tools (Debian's python3), private mounts
+have useradd || need_pkgs+=(passwd)
+/usr/bin/python3 -c 'import resource, socket' >/dev/null 2>&1 || need_pkgs+=(python3)
+{ have unshare && have setpriv; } || need_pkgs+=(util-linux)
 have xz || need_pkgs+=(xz-utils)
 have perl || need_pkgs+=(perl)
 # peers of strata-kv: redis-cli must work against it; redis-server is a benchmark peer
