@@ -198,7 +198,8 @@ impl Inbox {
     }
 
     /// Requests waiting now (hellos, privileged).
-    pub fn len(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn len(&self) -> (usize, usize) {
         let q = self.lock();
         (q.hellos.len(), q.asks.len())
     }
