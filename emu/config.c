@@ -29,6 +29,10 @@
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \
     .tpp_promote_mbps = 65536, .tpp_wmark_low = 0.01, .tpp_wmark_high = 0.02,            \
+    .time_scale = 1, .nb_scan_delay_ms = 1000, .nb_scan_period_min_ms = 1000,             \
+    .nb_scan_period_max_ms = 60000, .nb_scan_size_mb = 256, .nb_hot_threshold_ms = 1000,  \
+    .nb_promote_rate_limit_mbps = 65536, .nb_enough_min_bytes = 0,                        \
+    .watermark_scale_factor = 10, .min_free_kbytes = 0,                                   \
     .tx_user_ns = 5000, .tx_wp_fault_ns = 1000, .scan_ns = 25,                          \
     .preset = "m2t",                                                                    \
   }
@@ -106,8 +110,38 @@ static const setting_t settings[] = {
     S("migrate_ns", T_DOUBLE, migrate_ns, "ns", "per moved page: unmap, fault, remap (the copy is extra)"),
     S("copy_mbps", T_DOUBLE, copy_mbps, "MB/s", "one thread's page copy, capped by the tiers' bandwidth"),
     S("shootdown_ns", T_DOUBLE, shootdown_ns, "ns", "a TLB shootdown (one per batch of moves)"),
-    S("kernel", T_INT, kernel, "mode", "emulated kernel: 0 first touch only, 1 tpp, 2 nomad (tpp with "
-      "Nomad's transactional promotion and shadows)"),
+    S("kernel", T_INT, kernel, "mode", "emulated kernel: 0 first touch only, 1 tpp (hint faults, "
+      "promotion on a second fault, watermark demotion: the mechanism alone), 2 nomad (tpp with "
+      "Nomad's transactional promotion and shadows), 3 linux (Linux 6.x's own tiering rule by "
+      "rule: NUMA balancing in memory-tiering mode with its adaptive scan period, hot threshold "
+      "and rate limit; kswapd demotion to the promo watermark; allocations that spill to the "
+      "slow node below the low watermark; direct demotion; docs/tiering.md)"),
+    S("time_scale", T_DOUBLE, time_scale, "factor",
+      "linux: every period and threshold of the mode (scan delay and periods, hot threshold, the "
+      "rate limit's second, the threshold's adjustment period) is the sysctl's value times this, "
+      "so that a short emulated run behaves as the kernel's long ones; name it beside a figure"),
+    S("numa_balancing_scan_delay_ms", T_DOUBLE, nb_scan_delay_ms, "ms",
+      "linux: the first NUMA scan after the program starts (kernel.numa_balancing_scan_delay_ms)"),
+    S("numa_balancing_scan_period_min_ms", T_DOUBLE, nb_scan_period_min_ms, "ms",
+      "linux: the shortest time to scan the whole address space (kernel.numa_balancing_scan_period_min_ms)"),
+    S("numa_balancing_scan_period_max_ms", T_DOUBLE, nb_scan_period_max_ms, "ms",
+      "linux: the longest, and the hot threshold's adjustment period (kernel.numa_balancing_scan_period_max_ms)"),
+    S("numa_balancing_scan_size_mb", T_U64, nb_scan_size_mb, "MiB",
+      "linux: address space marked per scan (kernel.numa_balancing_scan_size_mb)"),
+    S("numa_balancing_hot_threshold_ms", T_DOUBLE, nb_hot_threshold_ms, "ms",
+      "linux: a slow page is promoted only if it faults within this of being marked "
+      "(kernel.numa_balancing_hot_threshold_ms, adjusted toward the rate limit)"),
+    S("numa_balancing_promote_rate_limit_mbps", T_DOUBLE, nb_promote_rate_limit_mbps, "MB/s",
+      "linux: promotion candidates a second, at most (kernel.numa_balancing_promote_rate_limit_MBps)"),
+    S("numa_balancing_enough_min_bytes", T_U64, nb_enough_min_bytes, "bytes",
+      "linux: with this (or a sixteenth of the fast node, whichever is more) free above the promo "
+      "watermark, every hint-faulted page is promoted (pgdat_free_space_enough; the kernel's 1 GiB "
+      "would never be free on an emulated node a thousand times smaller than a real one: 0)"),
+    S("watermark_scale_factor", T_DOUBLE, watermark_scale_factor, "1/10000",
+      "linux: the gap between a node's min, low, high and promo watermarks (vm.watermark_scale_factor)"),
+    S("min_free_kbytes", T_U64, min_free_kbytes, "KiB",
+      "linux: the min watermarks of all nodes together (vm.min_free_kbytes; 0: the kernel's "
+      "sqrt(16 x memory in KiB), within 128..262144)"),
     S("tpp_scan_period_ns", T_DOUBLE, tpp_scan_period_ns, "ns",
       "tpp: period of the hint-fault scanner (the kernel's numa_balancing: 1 s)"),
     S("tpp_scan_bytes", T_U64, tpp_scan_bytes, "bytes", "tpp: address space marked per scan (kernel: 256 MiB)"),
@@ -161,7 +195,7 @@ static const struct {
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
 const char *emu_kernel_name(int kernel) {
-  return kernel == KERNEL_TPP ? "tpp" : kernel == KERNEL_NOMAD ? "nomad" : "none";
+  return kernel == KERNEL_TPP ? "tpp" : kernel == KERNEL_NOMAD ? "nomad" : kernel == KERNEL_LINUX ? "linux" : "none";
 }
 
 /* ---- parsing ----------------------------------------------------------------------------- */
@@ -274,8 +308,13 @@ static int check(const emu_config_t *c, char *err, size_t errlen) {
   }
   if (c->mlp < 1 || c->stride_mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
     return fail(err, errlen, "mlp and stride_mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
-  if (c->kernel != KERNEL_NONE && c->kernel != KERNEL_TPP && c->kernel != KERNEL_NOMAD)
-    return fail(err, errlen, "kernel must be 0 (none), 1 (tpp) or 2 (nomad):", "kernel", 6);
+  if (c->kernel < KERNEL_NONE || c->kernel > KERNEL_LINUX)
+    return fail(err, errlen, "kernel must be 0 (none), 1 (tpp), 2 (nomad) or 3 (linux):", "kernel", 6);
+  if (c->time_scale <= 0 || c->nb_scan_period_min_ms <= 0 || c->nb_scan_period_max_ms < c->nb_scan_period_min_ms ||
+      c->nb_scan_size_mb == 0 || c->nb_hot_threshold_ms <= 0 || c->nb_promote_rate_limit_mbps <= 0)
+    return fail(err, errlen,
+                "time_scale, the scan periods (min <= max), scan size, hot threshold and rate limit must be positive:",
+                "time_scale", 10);
   if (c->kernel != KERNEL_NONE && c->tpp_scan_period_ns <= 0)
     return fail(err, errlen, "tpp needs a positive scan period:", "tpp_scan_period_ns", 18);
   /* every cache and TLB splits into whole sets of its ways (an LLC of 1M with 15 ways does

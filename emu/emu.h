@@ -4,6 +4,7 @@
  *   observe.c  machine.c  report.c    the edges: strata_emu.h, libstrata's machine, the report
  *   core.c                            the per-access path: hooks, bulk copies, caches, clock
  *   memory.c                          the page table: first touch, binds, moves, kernel modes
+ *   linux.c                           the rules of Linux's memory tiering (the linux mode)
  *   config.c lru.c events.c engine.c  settings and presets; set-associative arrays; rings;
  *   random.c                          a tiering engine loaded into the program; seeded randomness
  *   fail.c     ../libstrata/util/json.c   dying with a message; the JSON writer
@@ -60,7 +61,7 @@ const char *emu_getenv(const char *name);
 
 /* ---- config.c: every setting in one table (key, unit, doc), the presets ----------------- */
 
-enum { KERNEL_NONE = 0, KERNEL_TPP = 1, KERNEL_NOMAD = 2 };
+enum { KERNEL_NONE = 0, KERNEL_TPP = 1, KERNEL_NOMAD = 2, KERNEL_LINUX = 3 };
 
 typedef struct emu_config_s {
   int nnodes;                       /* emulated nodes; node 0 is in the fastest tier, with the CPUs */
@@ -86,7 +87,14 @@ typedef struct emu_config_s {
   double migrate_ns;                /* per moved page: unmap, fault, remap (copy extra) */
   double copy_mbps;                 /* one thread's copy speed, capped by the tiers' */
   double shootdown_ns;              /* per TLB shootdown (one per move batch) */
-  int kernel;                       /* KERNEL_NONE / KERNEL_TPP / KERNEL_NOMAD */
+  int kernel;                       /* KERNEL_NONE / KERNEL_TPP / KERNEL_NOMAD / KERNEL_LINUX */
+  double time_scale;                /* linux: every period and threshold below is times this */
+  double nb_scan_delay_ms, nb_scan_period_min_ms, nb_scan_period_max_ms; /* kernel.numa_balancing_* */
+  uint64_t nb_scan_size_mb;
+  double nb_hot_threshold_ms, nb_promote_rate_limit_mbps;
+  uint64_t nb_enough_min_bytes;     /* pgdat_free_space_enough's floor (kernel: 1 GiB) */
+  double watermark_scale_factor;    /* vm.watermark_scale_factor (per 10,000) */
+  uint64_t min_free_kbytes;         /* vm.min_free_kbytes (0: the kernel's own formula) */
   double tpp_scan_period_ns;        /* numa_balancing scan period (kernel: 1000 ms) */
   uint64_t tpp_scan_bytes;          /* address space marked per scan (kernel: 256 MiB) */
   double tpp_hint_fault_ns;         /* cost of a hint fault */
@@ -115,6 +123,31 @@ int emu_config_parse(emu_config_t *c, const char *settings, char *err, size_t er
 size_t emu_config_json(const char *settings, char *buf, size_t n);
 size_t emu_settings_json(char *buf, size_t n);
 const char *emu_kernel_name(int kernel);
+
+/* ---- linux.c: the rules of Linux's memory tiering, without a page table ------------------ */
+
+enum { LX_MIN, LX_LOW, LX_HIGH, LX_PROMO, LX_NWMARK }; /* a node's watermarks, in pages */
+typedef struct lx_s {
+  /* the settings, scaled (picoseconds, pages) */
+  uint64_t scan_delay_ps, period_min_ps, period_max_ps, hot_threshold_ps, second_ps, scan_pages,
+      rate_limit_pages;
+  /* task_numa_work and update_task_scan_period (one task: the program) */
+  uint64_t scan_period_ps, next_scan_ps;
+  uint64_t faults_local, faults_remote, faults_private, faults_shared, faults_migrate_fail;
+  /* should_numa_migrate_memory (the fast node's pgdat) */
+  uint64_t threshold_ps, th_start_ps, th_candidates, candidates, rl_start_ps, rl_candidates;
+  uint64_t refused_cold, refused_rate;
+  /* memory.c's, for the report */
+  uint64_t scans, passes, marked, promoted, refused_unbalanced, kswapd_wakeups, kswapd_demoted,
+      direct_demoted, spilled;
+} lx_t;
+void lx_init(lx_t *x, const emu_config_t *c);
+uint64_t lx_scan_min_ps(const lx_t *x, uint64_t rss_pages);
+uint64_t lx_scan_max_ps(const lx_t *x, uint64_t rss_pages);
+void lx_update_scan_period(lx_t *x, uint64_t rss_pages);
+int lx_should_promote(lx_t *x, uint64_t now_ps, uint64_t latency_ps, int free_enough);
+void lx_watermarks(const emu_config_t *c, int node, uint64_t w[LX_NWMARK]);
+int lx_free_space_enough(const emu_config_t *c, uint64_t free_pages, const uint64_t w[LX_NWMARK]);
 
 /* ---- lru.c (and lru.h): set-associative arrays with true LRU (caches and TLBs) ---------- */
 
@@ -152,7 +185,7 @@ uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 i
   D(l1_hits, t->loads + t->stores - t->l1_misses) X(l1_misses)                \
   X(l2_hits) X(l2_misses) X(llc_hits) X(llc_misses)                          \
   X(stream_misses) X(stride_misses) X(dtlb_misses) X(stlb_misses) X(page_faults) X(hint_faults) \
-  X(promoted_pages) X(demoted_pages) X(moved_pages) X(shootdowns) X(migrate_ps)
+  X(promoted_pages) X(demoted_pages) X(moved_pages) X(shootdowns) X(migrate_ps) X(kernel_ps)
 #define EMU_STORED(n) uint64_t n;
 #define EMU_DERIVED(n, e)
 
@@ -249,6 +282,7 @@ void emu_unmap(uintptr_t start, size_t len);
 void emu_remap(uintptr_t old, size_t old_len, uintptr_t new, size_t new_len); /* mremap */
 void emu_tlb_sync(emu_thread_t *t);
 uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdowns */
+const lx_t *emu_linux_state(void);  /* the linux mode's rules' state and counters */
 
 /* ---- observe.c ------------------------------------------------------------------------------- */
 

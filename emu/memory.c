@@ -40,19 +40,35 @@ static int node_order[EMU_MAX_NODES] = {0, 1, 2, 3, 4, 5, 6, 7}; /* nearest firs
 
 /* The kernel modes with tpp's scanner, hint faults and demotion. */
 static int tpp_like(void) { return emu_cfg.kernel == KERNEL_TPP || emu_cfg.kernel == KERNEL_NOMAD; }
+static int linux_mode(void) { return emu_cfg.kernel == KERNEL_LINUX; }
 
 static uint64_t tx_next_ps(void); /* the next transactional commit due (UINT64_MAX: none) */
 
-/* The next periodic work of any kind: the tpp scanner's, a commit's or the engine's. */
+/* linux: the rules' state (linux.c), each node's watermarks, and kswapd (one for the fast node,
+ * which works through its demotions one batch at a time on its own clock) */
+static lx_t lx;
+static uint64_t wmark[EMU_MAX_NODES][LX_NWMARK];
+static int kswapd_awake;
+static uint64_t kswapd_clock_ps;
+const lx_t *emu_linux_state(void) { return &lx; }
+
+/* The next periodic work of any kind: the scanner's, a commit's, kswapd's or the engine's. */
 static void next_tick_update(void) {
   uint64_t next = tpp_next_ps < emu_engine_next_ps ? tpp_next_ps : emu_engine_next_ps;
   uint64_t tx = tx_next_ps();
-  emu_next_tick_ps = tx < next ? tx : next;
+  if (tx < next) next = tx;
+  if (kswapd_awake && kswapd_clock_ps < next) next = kswapd_clock_ps;
+  emu_next_tick_ps = next;
 }
 
 void emu_memory_init(void) {
   emu_node_order(&emu_cfg, node_order);
   tpp_next_ps = tpp_like() ? (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns) : UINT64_MAX;
+  if (linux_mode()) {
+    lx_init(&lx, &emu_cfg);
+    for (int n = 0; n < emu_cfg.nnodes; n++) lx_watermarks(&emu_cfg, n, wmark[n]);
+    tpp_next_ps = lx.next_scan_ps;
+  }
   next_tick_update();
 }
 
@@ -365,6 +381,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
  * order, wrapping around and skipping leaves never mapped. */
 typedef struct {
   size_t leaf, idx;
+  uint64_t vpn; /* the page of the entry hand_take returned last */
 } hand_t;
 
 static void hand_next_leaf(hand_t *h, size_t *leaves) {
@@ -383,6 +400,7 @@ static pte_t *hand_take(hand_t *h, size_t *leaves, size_t max_leaves) {
       continue;
     }
     pte_t *p = &leaf[h->idx];
+    h->vpn = ((uint64_t)h->leaf << EMU_LEAF_BITS) | h->idx;
     if (++h->idx == EMU_LEAF_ENTRIES) hand_next_leaf(h, leaves);
     return p;
   }
@@ -552,21 +570,18 @@ static uint64_t shadow_demote(pte_t *p, int to) {
 
 static hand_t clock_hand;
 
-/* Demote cold pages of node 0 until its free share is at least the high watermark. A page
- * accessed since the hand last passed gets a second chance (its bit is cleared). mem_lock held. */
-static void demote_cold(void) {
-  /* the target: the nearest node of a slower tier (Linux's demotion target) */
-  int to = -1;
-  for (int k = 0; k < emu_cfg.nnodes && to < 0; k++)
-    if (emu_cfg.tier[node_order[k]] > 0) to = node_order[k];
-  if (to < 0) return;
-  uint64_t cap = cap_pages(0);
-  uint64_t target = cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high);
+/* Demote pages of node 0 to the demotion target (the nearest node of a slower tier: Linux's
+ * next_demotion_node, where shadows live too) until node 0 holds at most `target` pages, at most
+ * `max` of them: a clock, where a page accessed since the hand last passed gets a second chance
+ * (its bit is cleared), as the kernel's LRU rotates a referenced page. How many in *n; the cost
+ * in ps, which the caller charges. mem_lock held. */
+static uint64_t demote_clock(uint64_t target, uint64_t max, uint64_t *n) {
+  int to = shadow_node();
   uint64_t demoted = 0, ps = 0;
   pte_t *p;
   /* at most two sweeps over the address space, so that every page is seen twice (the second
    * time with its bit cleared): two laps, and the rest of the leaf the hand started in */
-  for (size_t leaves = 0; atomic_load(&emu_resident[0]) > target &&
+  for (size_t leaves = 0; to >= 0 && demoted < max && atomic_load(&emu_resident[0]) > target &&
                           (p = hand_take(&clock_hand, &leaves, 2 * EMU_TOP_ENTRIES + 1));) {
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT) || p->node != 0) continue;
@@ -578,10 +593,19 @@ static void demote_cold(void) {
     ps += remap ? remap : move_one(p, to);
     demoted++;
   }
-  if (demoted) {
-    charge(NULL, 1, ps, 0, to, demoted);
+  *n = demoted;
+  return ps;
+}
+
+/* tpp: demote cold pages of node 0 in the background until its free share is at least the high
+ * watermark. mem_lock held. */
+static void demote_cold(void) {
+  uint64_t cap = cap_pages(0), n;
+  uint64_t ps = demote_clock(cap - (uint64_t)((double)cap * emu_cfg.tpp_wmark_high), UINT64_MAX, &n);
+  if (n) {
+    charge(NULL, 1, ps, 0, shadow_node(), n);
     charge_shootdown(NULL, 1);
-    emu_shootdown(NULL, demoted);
+    emu_shootdown(NULL, n);
   }
 }
 
@@ -591,10 +615,12 @@ static void maybe_demote(void) {
   if (res + (uint64_t)((double)cap * emu_cfg.tpp_wmark_low) > cap) demote_cold();
 }
 
+static int linux_alloc_node(emu_thread_t *t, uint64_t vpn, const pte_t *pte);
+
 void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
   pthread_mutex_lock(&mem_lock);
   if (!(atomic_load(&pte->flags) & STRATA_EMU_PRESENT)) {
-    int node = choose_node(vpn, pte);
+    int node = linux_mode() ? linux_alloc_node(t, vpn, pte) : choose_node(vpn, pte);
     pte->node = (uint8_t)node;
     atomic_fetch_or(&pte->flags, STRATA_EMU_PRESENT);
     atomic_fetch_add(&emu_resident[node], 1);
@@ -613,32 +639,52 @@ void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
 static hand_t scan_hand;
 static uint64_t promote_tokens_ps; /* the rate limit: time when the next promotion is allowed */
 
-/* Protect up to tpp_scan_bytes of slow-tier pages, continuing where the last scan stopped. */
-static void scan(void) {
-  uint64_t budget = emu_cfg.tpp_scan_bytes / PAGE, marked = 0;
+static void linux_stamp(uint64_t vpn, uint64_t now_ps);
+
+/* Protect up to `budget` present pages' worth of address space, marking the pages of slower
+ * tiers, continuing where the last scan stopped (tpp; linux also stamps each marked page with
+ * the time, as change_pte_range does in memory-tiering mode). How many were marked; *wrapped
+ * says whether the hand came back to the start of the address space (a pass completed). */
+static uint64_t scan(uint64_t budget, uint64_t now_ps, int *wrapped) {
+  uint64_t marked = 0;
+  size_t start = scan_hand.leaf;
   pte_t *p;
+  *wrapped = 0;
   /* at most one lap, plus the rest of the leaf it started in */
   for (size_t leaves = 0; budget && (p = hand_take(&scan_hand, &leaves, EMU_TOP_ENTRIES + 1));) {
+    if (scan_hand.leaf < start) *wrapped = 1;
+    start = scan_hand.leaf;
     uint8_t f = atomic_load(&p->flags);
     if (!(f & STRATA_EMU_PRESENT)) continue;
     budget--;
-    if (p->node != 0 && !(f & STRATA_EMU_HINT)) {
+    if (emu_cfg.tier[p->node] != 0 && !(f & STRATA_EMU_HINT)) {
       atomic_fetch_or(&p->flags, STRATA_EMU_HINT);
+      if (linux_mode()) linux_stamp(scan_hand.vpn, now_ps);
       marked++;
     }
   }
   if (marked) emu_shootdown(NULL, marked);
+  return marked;
 }
 
+static void linux_scan(emu_thread_t *t);
+static void kswapd_run(uint64_t now_ps);
+static int linux_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte);
+
 void emu_kernel_tick(emu_thread_t *t) {
-  int due = (tpp_like() && t->clock_ps >= tpp_next_ps) || tx_next_ps() <= t->clock_ps;
+  int scan_due = (tpp_like() || linux_mode()) && t->clock_ps >= tpp_next_ps;
+  int due = scan_due || tx_next_ps() <= t->clock_ps || (kswapd_awake && kswapd_clock_ps <= t->clock_ps);
   if (due && !pthread_mutex_trylock(&mem_lock)) {
-    if (tpp_like() && t->clock_ps >= tpp_next_ps) {
+    if (scan_due && linux_mode()) {
+      linux_scan(t);
+    } else if (scan_due) {
       uint64_t period = (uint64_t)emu_ps(emu_cfg.tpp_scan_period_ns);
       while (tpp_next_ps <= t->clock_ps) tpp_next_ps += period;
-      scan();
+      int wrapped;
+      scan(emu_cfg.tpp_scan_bytes / PAGE, t->clock_ps, &wrapped);
     }
     tx_commit_due(t->clock_ps);
+    kswapd_run(t->clock_ps);
     pthread_mutex_unlock(&mem_lock);
   }
   emu_engine_tick(t); /* without mem_lock: the engine calls back into strata_emu_move */
@@ -653,14 +699,18 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
     return;
   }
   atomic_fetch_and(&pte->flags, (uint8_t)~STRATA_EMU_HINT);
-  if (!tpp_like()) { /* marked by a tpp mode since switched off (tests switch modes): no fault */
+  if (!tpp_like() && !linux_mode()) { /* marked by a mode since switched off (tests switch modes) */
     pthread_mutex_unlock(&mem_lock);
     return;
   }
   t->hint_faults++;
-  t->clock_ps += (uint64_t)emu_ps(emu_cfg.tpp_hint_fault_ns);
+  uint64_t fault = (uint64_t)emu_ps(emu_cfg.tpp_hint_fault_ns);
+  t->clock_ps += fault;
+  t->kernel_ps += fault;
   int from = pte->node, promoted = 0;
-  if (!(f & PTE_REFERENCED)) {
+  if (linux_mode()) {
+    promoted = linux_hint_fault(t, vpn, pte);
+  } else if (!(f & PTE_REFERENCED)) {
     atomic_fetch_or(&pte->flags, (uint8_t)PTE_REFERENCED); /* first sighting: now active */
   } else if (from != 0 && t->clock_ps >= promote_tokens_ps) {
     if (!has_room(0)) demote_cold(); /* kswapd could not keep up: reclaim now */
@@ -681,11 +731,179 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
       uint64_t gap = (uint64_t)emu_ps((double)PAGE * 1000.0 / emu_cfg.tpp_promote_mbps);
       promote_tokens_ps = (promote_tokens_ps > t->clock_ps ? promote_tokens_ps : t->clock_ps) + gap;
       promoted = 1;
-      t->shootdowns++;
+      charge_shootdown(t, 0); /* the faulting thread waits for the other CPUs' TLBs */
       emu_shootdown(&vpn, 1);
       maybe_demote();
     }
   }
   emu_fault_event(vpn * PAGE, t->clock_ps, from, promoted);
   pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- linux: Linux's own tiering (linux.c has the rules; here they meet the pages) ----------- */
+
+/* When each slow page was last marked (or faulted), in simulated microseconds: the kernel keeps
+ * it in the page's cpupid bits (folio_xchg_access_time). Leaves beside the page table's, made
+ * when a page of theirs is first marked. */
+static _Atomic(uint32_t *) stamp_top[EMU_TOP_ENTRIES];
+
+static uint32_t *stamp_of(uint64_t vpn, int make) {
+  size_t i = vpn >> EMU_LEAF_BITS;
+  if (i >= EMU_TOP_ENTRIES) return NULL;
+  uint32_t *leaf = atomic_load(&stamp_top[i]);
+  if (!leaf && make) {
+    leaf = emu_map(sizeof(uint32_t) * EMU_LEAF_ENTRIES);
+    if (!leaf) return NULL;
+    atomic_store(&stamp_top[i], leaf); /* mem_lock held: no other maker */
+  }
+  return leaf ? &leaf[vpn & (EMU_LEAF_ENTRIES - 1)] : NULL;
+}
+
+static uint32_t us_of(uint64_t ps) { return (uint32_t)(ps / 1000000); }
+
+static void linux_stamp(uint64_t vpn, uint64_t now_ps) {
+  uint32_t *s = stamp_of(vpn, 1);
+  if (s) *s = us_of(now_ps);
+}
+
+static uint64_t resident_all(void) {
+  uint64_t r = 0;
+  for (int n = 0; n < emu_cfg.nnodes; n++) r += atomic_load(&emu_resident[n]);
+  return r;
+}
+
+static uint64_t free_pages(int n) {
+  uint64_t cap = cap_pages(n), res = atomic_load(&emu_resident[n]);
+  return res < cap ? cap - res : 0;
+}
+
+/* task_numa_work, run by the thread whose clock reached the scan (task_work: the program pays
+ * for it, a PTE update a page and a TLB flush): the first scan sets the period to task_scan_start;
+ * each marks scan_size of address space; a completed pass runs task_numa_placement's
+ * update_task_scan_period; the next scan is a period later. mem_lock held. */
+static void linux_scan(emu_thread_t *t) {
+  uint64_t now = t->clock_ps, rss = resident_all();
+  if (!lx.scan_period_ps) lx.scan_period_ps = lx_scan_min_ps(&lx, rss);
+  int wrapped;
+  uint64_t marked = scan(lx.scan_pages, now, &wrapped);
+  lx.scans++;
+  lx.marked += marked;
+  uint64_t cost = (uint64_t)emu_ps((double)marked * emu_cfg.scan_ns + (marked ? emu_cfg.shootdown_ns : 0));
+  t->clock_ps += cost;
+  t->kernel_ps += cost;
+  if (wrapped) {
+    lx.passes++;
+    lx_update_scan_period(&lx, rss);
+  }
+  tpp_next_ps = now + lx.scan_period_ps;
+}
+
+/* wakeup_kswapd for the fast node: it starts demoting from now (a sleeping kswapd banks no
+ * time) */
+static void kswapd_wake(uint64_t now_ps) {
+  if (kswapd_awake) return;
+  kswapd_awake = 1;
+  lx.kswapd_wakeups++;
+  if (kswapd_clock_ps < now_ps) kswapd_clock_ps = now_ps;
+  next_tick_update(); /* it runs at the next access past its clock */
+}
+
+/* kswapd's balance_pgdat for the fast node, up to `now`: batches of SWAP_CLUSTER_MAX (32) cold
+ * pages demoted (shrink_folio_list -> demote_folio_list), each batch taking its moves' time on
+ * kswapd's own clock and one TLB flush, charged to the background, until the node is balanced
+ * at its promo watermark (pgdat_balanced in memory-tiering mode) or nothing more can go.
+ * mem_lock held. */
+static void kswapd_run(uint64_t now_ps) {
+  while (kswapd_awake && kswapd_clock_ps <= now_ps) {
+    if (free_pages(0) > wmark[0][LX_PROMO]) { /* zone_watermark_ok: free above the mark */
+      kswapd_awake = 0;
+      break;
+    }
+    uint64_t n, target = cap_pages(0) > wmark[0][LX_PROMO] ? cap_pages(0) - wmark[0][LX_PROMO] - 1 : 0;
+    uint64_t ps = demote_clock(target, 32, &n);
+    if (!n) {
+      kswapd_awake = 0; /* nothing cold enough: it sleeps until woken again */
+      break;
+    }
+    ps += (uint64_t)emu_ps(emu_cfg.shootdown_ns);
+    charge(NULL, 1, ps, 0, shadow_node(), n);
+    atomic_fetch_add(&bg_shootdowns, 1);
+    emu_shootdown(NULL, n);
+    lx.kswapd_demoted += n;
+    kswapd_clock_ps += ps;
+  }
+}
+
+/* Direct reclaim on the fast node (__alloc_pages_direct_reclaim -> shrink_folio_list): the
+ * allocating thread demotes a batch of 32 cold pages itself and waits for it. mem_lock held. */
+static void direct_demote(emu_thread_t *t) {
+  uint64_t n, ps = demote_clock(cap_pages(0) > 32 ? cap_pages(0) - 32 : 0, 32, &n);
+  if (!n) return;
+  charge(t, 0, ps, 0, shadow_node(), n);
+  charge_shootdown(t, 0);
+  emu_shootdown(NULL, n);
+  lx.direct_demoted += n;
+}
+
+/* The page allocator for a first touch (get_page_from_freelist over the policy's zonelist,
+ * then __alloc_pages_slowpath): the first node, nearest first, with more free than its low
+ * watermark; else kswapd is woken and the min watermark tried; else the thread reclaims (on the
+ * fast node: demotes) and takes the first node. A default or preferred allocation therefore
+ * spills to the slow node once the fast one is at its low watermark, and only promotion's
+ * failures or a full machine wake kswapd; a bind to the fast node reclaims directly.
+ * Interleave keeps choose_node's rule. mem_lock held. */
+static int linux_alloc_node(emu_thread_t *t, uint64_t vpn, const pte_t *pte) {
+  policy_t pol = policies[pte->policy < npolicies ? pte->policy : 0];
+  if (pol.mode == POL_INTERLEAVE) return choose_node(vpn, pte);
+  uint64_t all = ((uint64_t)1 << emu_cfg.nnodes) - 1;
+  int list[2 * EMU_MAX_NODES], len = 0; /* the zonelist: the policy's nodes, then (preferred,
+                                         * default) the rest, each nearest first */
+  uint64_t first = pol.mode == POL_DEFAULT ? all : pol.mask;
+  for (int k = 0; k < emu_cfg.nnodes; k++)
+    if (first >> node_order[k] & 1) list[len++] = node_order[k];
+  if (pol.mode == POL_PREFERRED)
+    for (int k = 0; k < emu_cfg.nnodes; k++)
+      if (!(first >> node_order[k] & 1)) list[len++] = node_order[k];
+  for (int pass = 0; pass < 2; pass++) {
+    int mark = pass ? LX_MIN : LX_LOW;
+    for (int i = 0; i < len; i++)
+      if (free_pages(list[i]) > wmark[list[i]][mark]) {
+        if (i) lx.spilled++;
+        return list[i];
+      }
+    if (!pass) kswapd_wake(t->clock_ps); /* wake_all_kswapds, then the min watermark */
+  }
+  if (emu_cfg.tier[list[0]] == 0) direct_demote(t);
+  return has_room(list[0]) ? list[0] : choose_node(vpn, pte);
+}
+
+/* do_numa_page for a page of a slower tier, after the hint fault's cost: its latency since it
+ * was marked (numa_hint_fault_latency, which stamps it anew), the fault counted as
+ * task_numa_fault does (remote: the CPUs are on node 0; private: in tiering mode a slow page's
+ * cpupid holds its time), should_numa_migrate_memory's verdict, then migrate_misplaced_folio:
+ * refused, with kswapd woken, unless the fast node stays above its high watermark
+ * (migrate_balanced_pgdat); else the page moves while the thread waits (the copy, the unmap
+ * and a TLB shootdown). 1 if promoted. mem_lock held. */
+static int linux_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
+  int from = pte->node;
+  uint64_t now = t->clock_ps;
+  uint32_t *s = stamp_of(vpn, 1), then = s ? *s : 0;
+  if (s) *s = us_of(now);
+  uint64_t latency = s ? (uint64_t)(uint32_t)(us_of(now) - then) * 1000000 : UINT64_MAX;
+  if (from == 0) lx.faults_local++;
+  else lx.faults_remote++;
+  lx.faults_private++;
+  if (emu_cfg.tier[from] == 0) return 0; /* in tiering mode a top-tier page stays */
+  if (!lx_should_promote(&lx, now, latency, lx_free_space_enough(&emu_cfg, free_pages(0), wmark[0]))) return 0;
+  if (free_pages(0) <= wmark[0][LX_HIGH] + 1 || !has_room(0)) {
+    lx.refused_unbalanced++;
+    lx.faults_migrate_fail++;
+    kswapd_wake(now);
+    return 0;
+  }
+  charge(t, 0, move_one(pte, 0), from, 0, 1);
+  charge_shootdown(t, 0);
+  emu_shootdown(&vpn, 1);
+  lx.promoted++;
+  return 1;
 }

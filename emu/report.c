@@ -54,7 +54,7 @@ static void write_report(int fd, char *buf, size_t size, int at_exit) {
     if (t->clock_ps > sim_ps) sim_ps = t->clock_ps;
     for (int n = 0; n < emu_cfg.nnodes; n++) node_acc[n] += t->node_accesses[n];
   }
-  _strata_json_put(&o, "{\"version\": 3, \"preset\": ");
+  _strata_json_put(&o, "{\"version\": 4, \"preset\": ");
   _strata_json_str(&o, emu_cfg.preset);
   _strata_json_put(&o, ", \"kernel\": \"%s\", \"sim_ns\": %llu, \"threads\": %d,\n \"peak_resident_pages\": %llu,\n",
                    emu_kernel_name(emu_cfg.kernel), (unsigned long long)(sim_ps / 1000), nt,
@@ -72,6 +72,23 @@ static void write_report(int fd, char *buf, size_t size, int at_exit) {
                    (unsigned long long)emu_tx_counter(0), (unsigned long long)emu_tx_counter(1),
                    (unsigned long long)emu_tx_counter(2), (unsigned long long)emu_tx_counter(3),
                    (unsigned long long)emu_tx_counter(4), (unsigned long long)emu_tx_counter(5));
+  if (emu_cfg.kernel == KERNEL_LINUX) {
+    const lx_t *x = emu_linux_state();
+    uint64_t th = x->threshold_ps ? x->threshold_ps : x->hot_threshold_ps;
+    _strata_json_put(&o,
+                     " \"linux\": {\"time_scale\": %g, \"scans\": %llu, \"passes\": %llu, \"marked_pages\": %llu, "
+                     "\"scan_period_ns\": %llu, \"hot_threshold_ns\": %llu, \"candidates\": %llu, "
+                     "\"promoted_pages\": %llu, \"refused_cold\": %llu, \"refused_rate\": %llu, "
+                     "\"refused_unbalanced\": %llu, \"kswapd_wakeups\": %llu, \"kswapd_demoted_pages\": %llu, "
+                     "\"direct_demoted_pages\": %llu, \"spilled_allocations\": %llu},\n",
+                     emu_cfg.time_scale, (unsigned long long)x->scans, (unsigned long long)x->passes,
+                     (unsigned long long)x->marked, (unsigned long long)(x->scan_period_ps / 1000),
+                     (unsigned long long)(th / 1000), (unsigned long long)x->candidates,
+                     (unsigned long long)x->promoted, (unsigned long long)x->refused_cold,
+                     (unsigned long long)x->refused_rate, (unsigned long long)x->refused_unbalanced,
+                     (unsigned long long)x->kswapd_wakeups, (unsigned long long)x->kswapd_demoted,
+                     (unsigned long long)x->direct_demoted, (unsigned long long)x->spilled);
+  }
   _strata_json_put(&o, " \"nodes\": [");
   for (int n = 0; n < emu_cfg.nnodes; n++)
     _strata_json_put(&o, "%s{\"node\": %d, \"resident_pages\": %llu, \"capacity_pages\": %llu, \"memory_accesses\": %llu}",

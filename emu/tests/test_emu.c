@@ -522,14 +522,14 @@ static void test_nomad(void) {
   emu_cfg.tpp_scan_period_ns = 10000;
   emu_memory_init();
   uint64_t commits = emu_tx_counter(0), shadows = emu_tx_counter(3), remaps = emu_tx_counter(2);
-  int64_t migrate = c("migrate_ns"), pr = c("promoted_pages");
+  int64_t migrate = c("migrate_ps"), pr = c("promoted_pages");
   for (int round = 0; round < 3 && strata_emu_node_of((void *)p) != 0; round++) {
     pass_time(20000);
     (void)p[0]; /* read only: its copy commits */
     pass_time(20000);
   }
   CHECK(strata_emu_node_of((void *)p) == 0 && emu_tx_counter(0) > commits && emu_tx_counter(3) > shadows);
-  CHECK(c("migrate_ns") == migrate && c("promoted_pages") == pr); /* nothing charged to the thread */
+  CHECK(c("migrate_ps") == migrate && c("promoted_pages") == pr); /* nothing charged to the thread */
   /* no room left on the fast node: a page faulted in wakes the clock, which demotes every page
    * the fast node holds, p (clean, with a shadow) by remap. p was accessed: the clock's first
    * lap clears its bit, the second takes it, wherever the hand stood (so the test does not
@@ -548,6 +548,139 @@ static void test_nomad(void) {
   emu_cfg.kernel = KERNEL_NONE;
   emu_memory_init();
   CHECK(p[0] == 1 && p[PAGE] == 2);
+}
+
+/* linux.c's rules, each as the kernel function it follows computes it. */
+static void test_linux_rules(void) {
+  emu_config_t cfg;
+  emu_config_defaults(&cfg);
+  cfg.cap_bytes[0] = cfg.cap_bytes[1] = 1ull << 30;
+  cfg.nnodes = 2;
+  lx_t x;
+  lx_init(&x, &cfg);
+  const uint64_t ms = 1000000000ull;
+  CHECK(x.next_scan_ps == 1000 * ms); /* the scan delay */
+  /* task_scan_min/max: 64 MiB resident is one 256 MiB window: 1 s .. 60 s; 1 GiB is four */
+  CHECK(lx_scan_min_ps(&x, 16384) == 1000 * ms && lx_scan_max_ps(&x, 16384) == 60000 * ms);
+  CHECK(lx_scan_min_ps(&x, 262144) == 250 * ms && lx_scan_max_ps(&x, 262144) == 15000 * ms);
+  /* update_task_scan_period: tiering mode's faults (remote, private) double the period to its max */
+  x.scan_period_ps = 1000 * ms;
+  for (int i = 0; i < 8; i++) {
+    x.faults_remote = 100;
+    x.faults_private = 100;
+    lx_update_scan_period(&x, 16384);
+  }
+  CHECK(x.scan_period_ps == 60000 * ms && x.faults_remote == 0);
+  /* mostly local: slower by (ratio - 7) tenths; mostly remote and shared: faster */
+  x.scan_period_ps = 10000 * ms;
+  x.faults_local = 9, x.faults_remote = 1, x.faults_private = 9, x.faults_shared = 1;
+  lx_update_scan_period(&x, 16384);
+  CHECK(x.scan_period_ps == 12000 * ms);
+  x.faults_local = 1, x.faults_remote = 9, x.faults_private = 2, x.faults_shared = 8;
+  lx_update_scan_period(&x, 16384);
+  CHECK(x.scan_period_ps == 12000 * ms - 5 * 1200 * ms);
+  x.faults_local = 1, x.faults_remote = 9, x.faults_private = 2, x.faults_shared = 8, x.faults_migrate_fail = 1;
+  lx_update_scan_period(&x, 16384); /* a failed migration: slower */
+  CHECK(x.scan_period_ps == 12000 * ms);
+  /* should_numa_migrate_memory: enough free promotes anything and resets the threshold */
+  x.threshold_ps = 5;
+  CHECK(lx_should_promote(&x, 10 * ms, 1ull << 62, 1) == 1 && x.threshold_ps == 0);
+  /* else only under the hot threshold (1 s) */
+  CHECK(lx_should_promote(&x, 20 * ms, 1000 * ms, 0) == 0 && x.refused_cold == 1);
+  CHECK(lx_should_promote(&x, 30 * ms, 999 * ms, 0) == 1);
+  /* ... and within the rate limit: 4 candidates a second */
+  x.rate_limit_pages = 4;
+  int ok = 0;
+  for (int i = 0; i < 10; i++) ok += lx_should_promote(&x, 40 * ms + i, 1, 0);
+  CHECK(ok == 2 && x.refused_rate == 8); /* the earlier candidate counts in this second too */
+  CHECK(lx_should_promote(&x, 1200 * ms, 1, 0) == 1); /* a new second */
+  /* numa_promotion_adjust_threshold: after scan_period_max, more candidates than the limit
+   * allows lower the threshold a step (1/8 of the default), fewer raise it, up to twice */
+  lx_init(&x, &cfg);
+  x.rate_limit_pages = 1; /* 60 candidates a period */
+  for (int i = 0; i < 200; i++) lx_should_promote(&x, ms + (uint64_t)i, 1, 0);
+  lx_should_promote(&x, 61000 * ms, 1, 0);
+  CHECK(x.threshold_ps == 875 * ms);
+  for (int k = 2; k < 12; k++) lx_should_promote(&x, (uint64_t)k * 61000 * ms, 1, 0); /* one each */
+  CHECK(x.threshold_ps == 2000 * ms);
+  /* __setup_per_zone_wmarks: 2 GiB in all: min_free_kbytes sqrt(16 x 2097152) = 5792 KiB,
+   * half of it node 0's (724 pages); each step the larger of 181 and 0.1 % (262) */
+  uint64_t w[LX_NWMARK];
+  lx_watermarks(&cfg, 0, w);
+  CHECK(w[LX_MIN] == 724 && w[LX_LOW] == 986 && w[LX_HIGH] == 1248 && w[LX_PROMO] == 1510);
+  /* pgdat_free_space_enough: above promo by a sixteenth of the node (16384 pages) */
+  CHECK(lx_free_space_enough(&cfg, 1510 + 16385, w) && !lx_free_space_enough(&cfg, 1510 + 16384, w));
+  cfg.nb_enough_min_bytes = 1ull << 30;
+  CHECK(!lx_free_space_enough(&cfg, 100000, w));
+}
+
+/* The linux mode on the page table, at a time scale where a second is 10 us: a slow page that
+ * faults soon after it was marked is promoted while the thread waits (charged the move and a
+ * shootdown); one that faults late is not; default allocations spill to the slow node at the
+ * low watermark; a bind to the fast node demotes directly; a refused promotion wakes kswapd,
+ * which demotes in the background to the promo watermark. */
+static void test_linux(void) {
+  uint64_t saved0 = emu_cfg.cap_bytes[0];
+  emu_cfg.kernel = KERNEL_LINUX;
+  emu_cfg.time_scale = 1e-5; /* 1 s: 10 us; the hot threshold 10 us, the scan delay 10 us */
+  emu_cfg.nb_enough_min_bytes = 1ull << 40; /* never enough free: the threshold decides */
+  volatile char *p = fresh(8 * PAGE);
+  for (int i = 0; i < 8; i++) p[i * PAGE] = (char)i;
+  void *pages[8];
+  int slow[8] = {1, 1, 1, 1, 1, 1, 1, 1}, st[8];
+  for (int i = 0; i < 8; i++) pages[i] = (void *)(p + i * PAGE);
+  CHECK(strata_emu_move(pages, 8, slow, st, 0) == 0 && st[7] == 1);
+  emu_memory_init();
+  const lx_t *x = emu_linux_state();
+  int64_t migrate = c("migrate_ps"), sd = c("shootdowns"), kernel = c("kernel_ps");
+  /* hot: touched every 2 us, so it faults within the threshold after any mark */
+  for (int round = 0; round < 40 && strata_emu_node_of((void *)p) != 0; round++) {
+    pass_time(2000);
+    (void)p[0];
+  }
+  CHECK(strata_emu_node_of((void *)p) == 0 && x->promoted >= 1 && x->scans >= 1);
+  CHECK(c("migrate_ps") > migrate && c("shootdowns") > sd && c("kernel_ps") > kernel);
+  /* cold: touched once every 40 us, after the marks are older than the threshold (the hot page
+   * keeps the scanner's clock going) */
+  uint64_t cold = x->refused_cold;
+  for (int round = 0; round < 6; round++) {
+    pass_time(40000);
+    (void)p[PAGE];
+  }
+  CHECK(strata_emu_node_of((void *)(p + PAGE)) == 1 && x->refused_cold > cold);
+  /* spill: node 0 just above its low watermark; default allocations go to node 1 */
+  uint64_t res[2];
+  strata_emu_residency(res, 2);
+  emu_cfg.cap_bytes[0] = (res[0] + 64) * PAGE;
+  emu_memory_init();
+  uint64_t spilled = x->spilled, wakeups = x->kswapd_wakeups;
+  volatile char *more = fresh(256 * PAGE);
+  for (int i = 0; i < 256; i++) more[i * PAGE] = 1;
+  strata_emu_residency(res, 2);
+  CHECK(x->spilled >= 190 && strata_emu_node_of((void *)(more + 255 * PAGE)) == 1);
+  CHECK(res[0] <= emu_cfg.cap_bytes[0] / PAGE && x->kswapd_wakeups == wakeups);
+  /* bind to node 0: the thread demotes (directly) to make room, and is charged for it */
+  volatile char *bound = fresh(128 * PAGE);
+  CHECK(emu_bind((uintptr_t)bound, 128 * PAGE, 1, 1) == 0);
+  int64_t dem = c("demoted_pages");
+  for (int i = 0; i < 128; i++) bound[i * PAGE] = 1;
+  CHECK(x->direct_demoted > 0 && c("demoted_pages") - dem == (int64_t)x->direct_demoted);
+  CHECK(strata_emu_node_of((void *)(bound + 127 * PAGE)) == 0);
+  /* a promotion the full node refuses wakes kswapd, which demotes in the background */
+  uint64_t bg = emu_bg_counter(2), unbalanced = x->refused_unbalanced;
+  for (int round = 0; round < 2000 && x->refused_unbalanced == unbalanced; round++) {
+    pass_time(2000);
+    (void)p[2 * PAGE];
+  }
+  pass_time(100000);
+  CHECK(x->refused_unbalanced > unbalanced && x->kswapd_wakeups > wakeups && x->kswapd_demoted > 0);
+  CHECK(emu_bg_counter(2) > bg);
+  emu_cfg.cap_bytes[0] = saved0;
+  emu_cfg.kernel = KERNEL_NONE;
+  emu_cfg.time_scale = 1;
+  emu_cfg.nb_enough_min_bytes = 0;
+  emu_memory_init();
+  for (int i = 0; i < 8; i++) CHECK(p[i * PAGE] == (char)i);
 }
 
 /* The settings string (STRATA_EMU, `strata emu run --set`) comes from the user: valid ones are
@@ -629,6 +762,8 @@ int main(void) {
   test_tpp();
   test_transactional();
   test_nomad();
+  test_linux_rules();
+  test_linux();
   test_settings();
   return check_done("test_emu");
 }

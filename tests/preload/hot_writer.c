@@ -11,7 +11,14 @@
  * pages of each buffer each node holds at the start and at the end, as the kernel says
  * (move_pages with no target), independently of Strata; and at the end it checks every page
  * of both buffers ("verified", or the first page that lost a write), so a move that loses data
- * is seen. */
+ * is seen.
+ *
+ * So that a test waits for events, not for the wall clock (a busy host stretches every step):
+ *   HOT_WRITER_GOAL=P  ends the rounds once P % of the hot buffer is on node 0 (looked at
+ *                      once a second), or at SECS, whichever comes first ("goal reached");
+ *   HOT_WRITER_HOLD=F  then prints "holding" and goes on with the same rounds until the file F
+ *                      exists (at most 10 minutes), so a test can read `strata stats` while
+ *                      the program still runs, whenever it gets there. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +28,27 @@
 #include <unistd.h>
 
 #define PAGE 4096
+
+/* pages of buf on node 0 (-1: move_pages failed) */
+static long on_node0(char *buf, size_t pages) {
+  void **addrs = malloc(pages * sizeof *addrs);
+  int *status = malloc(pages * sizeof *status);
+  long n = -1;
+  for (size_t i = 0; i < pages; i++) addrs[i] = buf + i * PAGE;
+  if (syscall(SYS_move_pages, 0, pages, addrs, NULL, status, 0) == 0) {
+    n = 0;
+    for (size_t i = 0; i < pages; i++) n += status[i] == 0;
+  }
+  free(addrs);
+  free(status);
+  return n;
+}
+
+static double since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) / 1e9;
+}
 
 static void nodes(const char *what, const char *when, char *buf, size_t pages) {
   void **addrs = malloc(pages * sizeof *addrs);
@@ -60,22 +88,43 @@ int main(int argc, char **argv) {
   memset(hot, 0, hot_mb << 20);
   nodes("hot", "start", hot, hot_pages);
   if (cold) nodes("cold", "start", cold, cold_pages);
-  struct timespec t0, t;
+  const char *goal_env = getenv("HOT_WRITER_GOAL"), *hold = getenv("HOT_WRITER_HOLD");
+  double goal = goal_env ? atof(goal_env) / 100 : 0;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   uint64_t rounds = 0, sum = 0;
   if (read_only) {
     rounds = 1;
     for (size_t i = 0; i < hot_pages; i++) ((uint64_t *)(hot + i * PAGE))[i % 512] = rounds;
   }
-  do {
+  double looked = 0;
+  int holding = 0;
+  for (;;) {
     if (read_only) {
       for (size_t i = 0; i < hot_pages; i++) sum += ((volatile uint64_t *)(hot + i * PAGE))[i % 512];
     } else {
       rounds++;
       for (size_t i = 0; i < hot_pages; i++) ((volatile uint64_t *)(hot + i * PAGE))[i % 512] = rounds;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t);
-  } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
+    double now = since(&t0);
+    if (holding) {
+      if (access(hold, F_OK) == 0 || now > 600) break;
+      continue;
+    }
+    int done = now >= secs;
+    if (goal > 0 && now - looked >= 1) {
+      looked = now;
+      if (on_node0(hot, hot_pages) >= (long)(goal * hot_pages)) {
+        printf("goal reached after %.0f s\n", now);
+        done = 1;
+      }
+    }
+    if (!done) continue;
+    if (!hold) break;
+    printf("holding\n");
+    fflush(stdout);
+    holding = 1;
+  }
   if (read_only && sum == 0) return 3; /* (uses sum: the reads are not optimized away) */
   nodes("hot", "end", hot, hot_pages);
   if (cold) nodes("cold", "end", cold, cold_pages);

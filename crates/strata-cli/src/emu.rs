@@ -101,8 +101,8 @@ pub struct RunArgs {
     /// Fast tier (node 0) size, e.g. 256M
     #[arg(long, value_name = "BYTES", conflicts_with = "fast_ratio", value_parser = strata_util::size::parse)]
     fast_bytes: Option<u64>,
-    /// Emulated kernel: none (first touch, no migration) or tpp (hint-fault promotion,
-    /// watermark demotion: Linux's memory tiering mode)
+    /// Emulated kernel's tiering (linux is Linux's own, rule by rule; `--set time_scale=F`
+    /// scales its periods and thresholds, e.g. 0.005 for a run of a simulated second)
     #[arg(long, value_enum, default_value = "none")]
     kernel: Kernel,
     #[command(flatten)]

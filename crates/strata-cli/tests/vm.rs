@@ -195,7 +195,9 @@ fn daemon_files() -> DaemonFiles {
 
 /// Run a script in a guest with a 512M fast node and a 1G slow one, the daemon's files in it.
 /// In the script, $FREE_MB is what node 0 has free at the start, $W the writer under Strata
-/// with its rules (hot buffer slow, cold buffer fast).
+/// with its rules (hot buffer slow, cold buffer fast), and `holding OUT PID` waits until the
+/// writer run with HOT_WRITER_HOLD says it holds (or has exited): tests wait for what the
+/// writer sees (HOT_WRITER_GOAL), not for a number of seconds that a busy host stretches.
 fn daemon_guest(f: &DaemonFiles, script: &str) -> (i32, String) {
     daemon_guest_on(None, f, script)
 }
@@ -205,7 +207,8 @@ fn daemon_guest_on(kernel: Option<&str>, f: &DaemonFiles, script: &str) -> (i32,
     let script = format!(
         "FREE_MB=$(( $(awk '/MemFree/ {{print $4}}' /sys/devices/system/node/node0/meminfo) / 1024 ))\n\
          W=\"env LD_PRELOAD={} STRATA_RULES={} {}\"\n\
-         printf '[policy.ambix]\\nmin_scans = 3\\n' > /tmp/quick.toml\n{script}",
+         printf '[policy.ambix]\\nmin_scans = 3\\n' > /tmp/quick.toml\n\
+         holding() {{ until grep -q holding $1 || ! kill -0 $2 2>/dev/null; do sleep 1; done; }}\n{script}",
         f.lib, f.rules, f.writer
     );
     let mut args = vec!["--fast-mem", "512M", "--slow-mem", "1G"];
@@ -222,8 +225,9 @@ const OOM_REPORT: &str =
 
 /// A hot set of 64 MiB that is only read, on the slow node, beside a cold buffer that fills
 /// the fast node but for 60 MB (less than the daemon's 64 MiB kernel reserve, so the engine sees
-/// it full; with 20 MB left the kernel itself ran short once, before the daemon's first round), for 40 s under `strata daemon` (ambix, 500 ms rounds) with these
-/// trackers: the writer's output and its line in strata stats. (With room for everything Ambix
+/// it full; with 20 MB left the kernel itself ran short once, before the daemon's first round),
+/// under `strata daemon` (ambix, 500 ms rounds) with these trackers until `goal`: the writer's
+/// output and its line in strata stats, taken when the writer got there. (With room for everything Ambix
 /// promotes everything, seen or not: the fast node must be full for the trackers to matter.)
 /// Ambix moves a page after `min_scans` scans: the writer's first writes (filling the buffers)
 /// lift the hot set's scores, and only 10 scans let them decay before a page may move.
@@ -231,15 +235,20 @@ fn read_only_hot_set(
     kernel: Option<&str>,
     trackers: &str,
     min_scans: u32,
+    goal: Goal,
 ) -> (String, serde_json::Value, serde_json::Value) {
+    let (goal_pct, secs) = match goal {
+        Goal::FastShare(pct) => (pct, 150),
+        Goal::None(secs) => (0, secs),
+    };
     let (code, out) = daemon_guest_on(
         kernel,
         &daemon_files(),
         &format!(
             "printf '[daemon]\\ntrackers = [{trackers}]\\n[policy.ambix]\\nmin_scans = {min_scans}\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 500 -q > /dev/null & D=$!\n\
-             sleep 1; $W 64 40 $((FREE_MB - 60)) read > /tmp/w.out & W_PID=$!\n\
-             sleep 20; strata stats --json > /tmp/s.json\n\
+             sleep 1; HOT_WRITER_GOAL={goal_pct} HOT_WRITER_HOLD=/tmp/go $W 64 {secs} $((FREE_MB - 60)) read > /tmp/w.out & W_PID=$!\n\
+             holding /tmp/w.out $W_PID; strata stats --json > /tmp/s.json; touch /tmp/go\n\
              wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
              echo ==WRITER==; cat /tmp/w.out; echo ==STATS==; cat /tmp/s.json\n\
              {OOM_REPORT}"
@@ -253,6 +262,13 @@ fn read_only_hot_set(
     let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer");
     let writer = writer.unwrap_or_else(|| panic!("{status}")).clone();
     (w, writer, status)
+}
+
+/// How long a writer runs: until this % of its hot buffer is on node 0 (at most 150 s), or for
+/// these seconds (a test that shows a hot set is not promoted).
+enum Goal {
+    FastShare(u32),
+    None(u32),
 }
 
 /// Pages of a buffer on node 0 and node 1 from hot_writer's line `WHAT WHEN: N0=a N1=b of n
@@ -281,9 +297,9 @@ fn guest_daemon_promotes_a_hot_set_from_the_slow_node_and_demotes_a_cold_one_whe
     // come up without some of the cold one going down
     let (code, out) = daemon_guest(
         &daemon_files(),
-        "$W 128 30 $((FREE_MB - 80)) > /tmp/w.out & W_PID=$!\n\
+        "HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 128 150 $((FREE_MB - 80)) > /tmp/w.out & W_PID=$!\n\
          sleep 6; strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q --json > /tmp/d.json & D=$!\n\
-         sleep 20; strata stats --json > /tmp/s.json; echo stats=$?\n\
+         holding /tmp/w.out $W_PID; strata stats --json > /tmp/s.json; echo stats=$?; touch /tmp/go\n\
          wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
          echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
          echo ==WRITER==; cat /tmp/w.out; echo ==DAEMON==; cat /tmp/d.json; echo ==STATS==; cat /tmp/s.json",
@@ -500,7 +516,7 @@ fn guest_daemon_with_soft_dirty_does_not_see_a_hot_set_that_is_only_read() {
     if guest_available().is_none() {
         return;
     }
-    let (w, writer, _) = read_only_hot_set(None, "\"soft-dirty\"", 10);
+    let (w, writer, _) = read_only_hot_set(None, "\"soft-dirty\"", 10, Goal::None(20));
     assert_eq!(writer["tracker"], "soft-dirty", "{writer}");
     let (h0, _, pages) = nodes_of(&w, "hot end", None);
     // (some of the cold buffer does go down: Ambix drains the fast node to its 5 % reserve)
@@ -516,7 +532,8 @@ fn guest612_daemon_with_hint_fault_promotes_a_hot_set_that_is_only_read() {
     if guest_available().is_none() {
         return;
     }
-    let (w, writer, status) = read_only_hot_set(Some("6.12"), "\"hint-fault\", \"pagemap-scan\"", 3);
+    let (w, writer, status) =
+        read_only_hot_set(Some("6.12"), "\"hint-fault\", \"pagemap-scan\"", 3, Goal::FastShare(90));
     assert_eq!(writer["tracker"], "hint-fault", "{writer}");
     let managed = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
     let agent = &managed.iter().find(|p| p["command"] == "hot_writer").unwrap_or_else(|| panic!("{status}"))["agent"];
@@ -540,7 +557,8 @@ fn guest612_daemon_with_damon_promotes_a_hot_set_that_is_only_read() {
         eprintln!("skipped: DAMON's view of reads under TCG is not reliable in a full suite; make vm-test-damon");
         return;
     }
-    let (w, writer, _) = read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"", 3);
+    let (w, writer, _) =
+        read_only_hot_set(Some("6.12"), "\"damon-vaddr\", \"pagemap-scan\", \"soft-dirty\"", 3, Goal::FastShare(50));
     assert_eq!(writer["tracker"], "damon-vaddr", "{writer}");
     // (in the guest, under TCG, the program, the daemon and DAMON's threads share two slow
     // CPUs: DAMON sees the reads in most windows, not all, and the swap takes tens of rounds)
@@ -551,12 +569,12 @@ fn guest612_daemon_with_damon_promotes_a_hot_set_that_is_only_read() {
     assert!(c1_end >= c1_start + h0 / 2, "the cold buffer made room: {w}");
 }
 
-/// A written hot set of 64 MiB on the slow node of the 6.12 guest, for 25 s under `strata
-/// daemon` (ambix, 300 ms rounds, 3 scans) with `toml` (TOML lines, newlines as printf's `\n`)
-/// added to its configuration: checks that the writer and the daemon exit cleanly, that every
-/// byte is as written and that the hot set ended up fast; returns `strata stats` as text and as
-/// JSON, taken while the writer ran, 18 s after it started (at 12 s, once, in a full suite on a
-/// busy host, the agent had not committed a page yet).
+/// A written hot set of 64 MiB on the slow node of the 6.12 guest, under `strata daemon` (ambix,
+/// 300 ms rounds, 3 scans) with `toml` (TOML lines, newlines as printf's `\n`) added to its
+/// configuration until 90 % of it is fast (at most 150 s): checks that the writer and the daemon
+/// exit cleanly, that every byte is as written and that the hot set ended up fast; returns
+/// `strata stats` as text and as JSON, taken while the writer still ran, once it got there (at a
+/// fixed 12 s, once, in a full suite on a busy host, the agent had not committed a page yet).
 fn written_hot_set_612(toml: &str) -> (String, serde_json::Value) {
     let (code, out) = daemon_guest_on(
         Some("6.12"),
@@ -564,8 +582,8 @@ fn written_hot_set_612(toml: &str) -> (String, serde_json::Value) {
         &format!(
             "printf '{toml}[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-             sleep 1; $W 64 25 > /tmp/w.out & W_PID=$!\n\
-             sleep 18; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt\n\
+             sleep 1; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 > /tmp/w.out & W_PID=$!\n\
+             holding /tmp/w.out $W_PID; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt; touch /tmp/go\n\
              wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
              echo ==WRITER==; cat /tmp/w.out; echo ==TEXT==; cat /tmp/s.txt; echo ==STATS==; cat /tmp/s.json"
         ),
@@ -691,11 +709,11 @@ fn guest612_daemon_reclaims_shadows_when_the_slow_node_runs_short() {
         &daemon_files(),
         "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
          strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-         sleep 1; $W 64 45 1 read > /tmp/a.out & A=$!\n\
-         sleep 15; strata stats --json > /tmp/s1.json\n\
+         sleep 1; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 1 read > /tmp/a.out & A=$!\n\
+         holding /tmp/a.out $A; strata stats --json > /tmp/s1.json\n\
          SLOW_MB=$(( $(awk '/MemFree/ {print $4}' /sys/devices/system/node/node1/meminfo) / 1024 ))\n\
          $W $((SLOW_MB - 30)) 10 > /tmp/b.out; echo b=$?\n\
-         strata stats --json > /tmp/s2.json\n\
+         strata stats --json > /tmp/s2.json; touch /tmp/go\n\
          wait $A; echo a=$?; kill $D; wait $D; echo daemon=$?\n\
          echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
          echo ==A==; cat /tmp/a.out; echo ==B==; cat /tmp/b.out; echo ==S1==; cat /tmp/s1.json; echo ==S2==; cat /tmp/s2.json",

@@ -22,7 +22,7 @@ mod report;
 mod run;
 
 pub use machine::{fast_bytes_of, parse_setting, Kernel, Machine, MachineArgs, Tiering, ALL_FAST_BYTES};
-pub use report::{Background, Counters, NodeReport, Report, ThreadReport, Transactional, REPORT_VERSION};
+pub use report::{Background, Counters, Linux, NodeReport, Report, ThreadReport, Transactional, REPORT_VERSION};
 pub use run::{footprint_bytes, run_emulated, spawn_emulated, Emulated, Run, RunOutput};
 
 /// What can go wrong on the emulated machine.

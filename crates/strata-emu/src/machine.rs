@@ -11,11 +11,15 @@ use crate::{calibrate, Error};
 pub enum Kernel {
     /// first touch, nothing moves
     None,
-    /// hint-fault promotion, watermark demotion: Linux's memory tiering (TPP)
+    /// the tiering mechanism alone: hint faults on slow pages, promotion at a second fault (rate
+    /// limited), demotion between two watermarks; no hot threshold, fixed scan period
     Tpp,
     /// tpp with Nomad's transactional migration: promotions copied in the background while the
     /// page stays in use, shadows kept on the slow node so clean demotions are remaps
     Nomad,
+    /// Linux 6.x's own tiering rule by rule (NUMA balancing in memory-tiering mode, hot
+    /// threshold, rate limit, adaptive scan period, kswapd and direct demotion): emu/linux.c
+    Linux,
 }
 
 impl Kernel {
@@ -24,6 +28,7 @@ impl Kernel {
             Kernel::None => "none",
             Kernel::Tpp => "tpp",
             Kernel::Nomad => "nomad",
+            Kernel::Linux => "linux",
         }
     }
     fn setting(self) -> &'static str {
@@ -31,6 +36,7 @@ impl Kernel {
             Kernel::None => "0",
             Kernel::Tpp => "1",
             Kernel::Nomad => "2",
+            Kernel::Linux => "3",
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::machine::Kernel;
 use crate::Error;
 
 /// The report's version this side reads.
-pub const REPORT_VERSION: u32 = 3;
+pub const REPORT_VERSION: u32 = 4;
 
 /// Counters of a thread, or summed over threads (emu/emu.h's EMU_COUNTERS, in its order).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -41,6 +41,9 @@ pub struct Counters {
     pub shootdowns: u64,
     /// simulated time the thread spent moving pages, in picoseconds
     pub migrate_ps: u64,
+    /// simulated time the emulated kernel's tiering took on the thread besides moves: hint
+    /// faults, and the linux mode's NUMA scanner (task work, run by the program's threads)
+    pub kernel_ps: u64,
 }
 
 /// Work done outside the program's threads: moves (an engine's mover, the tpp mode's
@@ -76,6 +79,36 @@ pub struct Transactional {
     pub shadows_written: u64,
     /// shadows freed because their slow node ran out of room
     pub shadows_reclaimed: u64,
+}
+
+/// The linux kernel mode's own counters (emu/linux.c's rules at work).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Linux {
+    /// every period and threshold was the sysctl's value times this
+    pub time_scale: f64,
+    /// NUMA scans (task_numa_work) and completed passes over the address space
+    pub scans: u64,
+    pub passes: u64,
+    /// slow-tier pages marked for a hint fault
+    pub marked_pages: u64,
+    /// the scan period and the hot threshold at the end
+    pub scan_period_ns: u64,
+    pub hot_threshold_ns: u64,
+    /// hint faults that passed the hot threshold (PGPROMOTE_CANDIDATE)
+    pub candidates: u64,
+    pub promoted_pages: u64,
+    /// hint faults refused: over the hot threshold, over the rate limit, or the fast node below
+    /// its high watermark (which wakes kswapd)
+    pub refused_cold: u64,
+    pub refused_rate: u64,
+    pub refused_unbalanced: u64,
+    pub kswapd_wakeups: u64,
+    /// pages kswapd demoted (background) and pages threads demoted while allocating (direct)
+    pub kswapd_demoted_pages: u64,
+    pub direct_demoted_pages: u64,
+    /// first touches that went to a slower node because the faster one was at its watermark
+    pub spilled_allocations: u64,
 }
 
 /// One emulated node (tier).
@@ -114,6 +147,9 @@ pub struct Report {
     pub background: Background,
     #[serde(default)]
     pub transactional: Transactional,
+    /// the linux kernel mode's counters (only under it)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linux: Option<Linux>,
     pub nodes: Vec<NodeReport>,
     pub samples_lost: u64,
     pub hint_fault_events_lost: u64,

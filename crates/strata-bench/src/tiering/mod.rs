@@ -61,12 +61,17 @@ pub struct Options {
     /// proportion to --size-mb; pagerank: iterations]
     #[arg(long)]
     pub ops: Option<u64>,
-    /// The engine's round and the tpp mode's scan, every this many simulated ms. Both papers
-    /// use 1 s, for programs whose phases last minutes; these runs last about a simulated
-    /// second and `phase` changes every ~180 ms, so ten rounds (Ambix's delay) must fit well
-    /// inside a phase (docs/tiering.md measures 5-20 ms and tpp's 50 ms-1 s)
-    #[arg(long, default_value_t = 5.0)]
-    pub period_ms: f64,
+    /// One time scale for every kernel mode and policy: the papers' and the kernel's periods
+    /// and thresholds (1 s rounds and scans, the kernel's 1-60 s scan periods and 1 s hot
+    /// threshold) times this. The papers' programs run for minutes; these runs last about a
+    /// simulated second and `phase` changes every ~180 ms, so ten rounds (Ambix's delay) must
+    /// fit well inside a phase: 0.005 makes a 1 s period 5 ms (docs/tiering.md)
+    #[arg(long, default_value_t = DEFAULT_TIME_SCALE, value_name = "FACTOR")]
+    pub time_scale: f64,
+    /// The engine's round and the tpp mode's scan, every this many simulated ms [default:
+    /// 1000 x --time-scale]
+    #[arg(long, value_name = "MS")]
+    pub period_ms: Option<f64>,
     /// One LLC miss in this many is sampled. MAT's 4,096 gives tens of thousands of samples a
     /// second on hardware that misses tens of millions of times a second; the emulated programs
     /// run for about a simulated second, so the benchmark samples more often (docs/tiering.md)
@@ -88,6 +93,10 @@ pub struct Options {
     pub jobs: Option<usize>,
 }
 
+/// Every period and threshold of the kernel modes and policies is its real value times this
+/// (--time-scale): a 1 s period is 5 ms.
+pub const DEFAULT_TIME_SCALE: f64 = 0.005;
+
 /// One LLC miss in this many is sampled for the engine's policies (--sample-period).
 pub const DEFAULT_SAMPLE_PERIOD: u64 = 256;
 
@@ -99,7 +108,8 @@ pub const DEFAULT_FAST_RATIOS: [f64; 3] = [0.125, 0.25, 0.5];
 pub(crate) enum Setup {
     Bound(Tiering),
     FirstTouch,
-    /// an emulated kernel mode: tpp, or nomad (tpp with Nomad's transactional migration)
+    /// an emulated kernel mode: linux (the kernel's own tiering), tpp (the mechanism alone), or
+    /// nomad (tpp with Nomad's transactional migration)
     Kernel(Kernel),
     /// an engine policy, and whether its mover is Strata's transactional one
     Engine(String, bool),
@@ -231,6 +241,16 @@ pub struct Row {
     /// nomad and transactional movers: commits, aborts, copy-free demotions, shadows
     #[serde(default)]
     pub transactional: strata_emu::Transactional,
+    /// the linux kernel mode's counters (scans, candidates, refusals, kswapd and direct
+    /// demotions)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linux: Option<strata_emu::Linux>,
+    /// simulated time the program's threads spent in the kernel's tiering work (hint faults,
+    /// NUMA scans) and in moves they waited for, ms
+    #[serde(default)]
+    pub thread_kernel_ms: f64,
+    #[serde(default)]
+    pub thread_migrate_ms: f64,
     pub engine: Option<serde_json::Value>,
     /// a real program's name and versions: "redis 7.0.15 (Debian 5:7.0.15-1~deb12u7)"
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -243,6 +263,9 @@ pub struct Report {
     pub preset: String,
     pub machine: Machine,
     pub size_mb: u64,
+    /// every period and threshold of the kernel modes and policies times this
+    #[serde(default = "default_time_scale")]
+    pub time_scale: f64,
     pub period_ms: f64,
     /// the workloads' allocator: strata (transparent mode) or glibc
     #[serde(default)]
@@ -250,6 +273,10 @@ pub struct Report {
     /// the engine's configuration every engine policy ran with
     pub engine_config: stratad::Config,
     pub rows: Vec<Row>,
+}
+
+fn default_time_scale() -> f64 {
+    DEFAULT_TIME_SCALE
 }
 
 /// The setups of `--policies` names, checked.
@@ -260,6 +287,7 @@ pub(crate) fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
             "first-touch" => Setup::FirstTouch,
             "tpp" => Setup::Kernel(Kernel::Tpp),
             "nomad" => Setup::Kernel(Kernel::Nomad),
+            "linux" => Setup::Kernel(Kernel::Linux),
             spec if strata_policy::POLICIES
                 .contains(&strata_policy::base_name(spec.trim_end_matches(TRANSACTIONAL))) =>
             {
@@ -269,7 +297,7 @@ pub(crate) fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
             }
             name => {
                 return Err(Error::Invalid(format!(
-                    "unknown policy '{name}' (first-touch, tpp, nomad, {}; an engine policy with \
+                    "unknown policy '{name}' (first-touch, linux, tpp, nomad, {}; an engine policy with \
                      {TRANSACTIONAL} moves as libstrata's agent does)",
                     strata_policy::POLICIES
                         .iter()
@@ -376,6 +404,9 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
         scanned_pages: rep.background.scanned_pages,
         refused_pages: refused,
         transactional: rep.transactional.clone(),
+        linux: rep.linux.clone(),
+        thread_kernel_ms: rep.totals.kernel_ps as f64 / 1e9,
+        thread_migrate_ms: rep.totals.migrate_ps as f64 / 1e9,
         engine: rep.engine.clone(),
         program: ran.program.clone(),
     }
@@ -427,13 +458,16 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         }
     }
     let setups = setups(&a.policies)?;
-    ensure(a.period_ms > 0.0, || "--period-ms must be positive".into())?;
+    ensure(a.time_scale > 0.0 && a.time_scale.is_finite(), || "--time-scale must be positive".into())?;
+    let period_ms = a.period_ms.unwrap_or(1000.0 * a.time_scale);
+    ensure(period_ms > 0.0, || "--period-ms must be positive".into())?;
     ensure(a.size_mb > 0, || "--size-mb must be positive".into())?;
     let ratios: Vec<f64> =
         if a.machine.fast_ratio.is_empty() { DEFAULT_FAST_RATIOS.to_vec() } else { a.machine.fast_ratio.clone() };
     ensure(ratios.iter().all(|r| *r < 1.0), || "--fast-ratio: below 1 (all-fast is one of the bounds)".into())?;
     let mut machine = Machine::preset(&a.preset, progress.quiet())?;
-    machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(a.period_ms));
+    machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(period_ms));
+    machine.set("time_scale", &a.time_scale.to_string());
     a.machine.apply(&mut machine)?;
     ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
     let preload = match a.allocator.as_str() {
@@ -443,7 +477,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         ),
         _ => None,
     };
-    let cfg = engine_config(a.policy_config.as_deref(), a.period_ms, a.sample_period, a.split_mb, a.size_mb as f64)?;
+    let cfg = engine_config(a.policy_config.as_deref(), period_ms, a.sample_period, a.split_mb, a.size_mb as f64)?;
     let engine = EngineFiles::write(cfg, &setups)?;
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure(jobs > 0, || "--jobs must be positive".into())?;
@@ -461,7 +495,8 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         preset: a.preset.clone(),
         machine,
         size_mb: a.size_mb,
-        period_ms: a.period_ms,
+        time_scale: a.time_scale,
+        period_ms,
         allocator: a.allocator.clone(),
         engine_config: mx.engine.config.clone(),
         rows: result?,
@@ -529,8 +564,8 @@ impl Report {
     /// The human table.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "Tiering on the emulated machine, preset {} (model output; ops per simulated second), footprints of about {} MiB, engine rounds and tpp scans every {} ms\n\n",
-            self.preset, self.size_mb, self.period_ms
+            "Tiering on the emulated machine, preset {} (model output; ops per simulated second), footprints of about {} MiB, time scale {} (engine rounds and tpp scans every {} ms)\n\n",
+            self.preset, self.size_mb, self.time_scale, self.period_ms
         );
         let _ = writeln!(
             s,
