@@ -609,10 +609,16 @@ fn run_emulated_matrix(
     a.machine.apply(&mut machine)?;
     let setups = tiering::setups(a.policies.as_deref().unwrap_or(&["first-touch".into(), "tpp".into()]))?;
     let period_ms = a.machine.tpp_scan_period_ms.unwrap_or(DEFAULT_TPP_SCAN_MS);
+    // one time scale: a 1 s period of the kernel modes and the field's policies is period_ms
+    let time_scale = period_ms / 1000.0;
+    if machine.get("time_scale").is_none() {
+        machine.set("time_scale", &time_scale.to_string());
+    }
     let engine_config = |footprint: u64| {
         let cfg = tiering::engine_config(
             None,
             period_ms,
+            time_scale,
             tiering::DEFAULT_SAMPLE_PERIOD,
             None,
             footprint as f64 / 1048576.0,

@@ -209,6 +209,43 @@ fn nomad_and_transactional_rows_count_commits_and_copy_free_demotions() {
     }
 }
 
+/// The kernel's own tiering (the linux mode) and the field's policies run in the matrix: the
+/// linux rows carry the kernel's counters (scans, candidates, promotions within them, kswapd
+/// and spills) and the threads' time in the kernel; each field policy runs at its own tracker's
+/// period times the time scale (DAMON's 100 ms aggregation: 0.5 ms at 0.005), and moves pages.
+#[test]
+fn the_kernels_tiering_and_the_fields_policies_run_beside_the_others() {
+    let o = strata()
+        .args(["bench", "tiering", "--json", "-q", "--workloads", "gups-hot", "--size-mb", "32"])
+        .args(["--fast-ratio", "0.25", "--policies", "linux,damon,memtierd,hybridtier"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["time_scale"], 0.005);
+    let rows = v["rows"].as_array().unwrap();
+    let row = |p: &str| rows.iter().find(|r| r["policy"] == p).unwrap_or_else(|| panic!("no {p} row: {v}"));
+    let linux = &row("linux")["linux"];
+    assert_eq!(linux["time_scale"], 0.005, "{linux}");
+    let n = |k: &str| linux[k].as_u64().unwrap_or_else(|| panic!("no {k}: {linux}"));
+    assert!(n("scans") > 0 && n("marked_pages") > 0 && n("promoted_pages") > 0, "{linux}");
+    assert!(n("promoted_pages") <= n("candidates"), "only candidates under the threshold: {linux}");
+    assert!(n("spilled_allocations") > 0, "a quarter fast: allocations spill at the low watermark: {linux}");
+    assert!(row("linux")["thread_kernel_ms"].as_f64() > Some(0.0), "hint faults and scans cost the threads");
+    for p in ["damon", "memtierd", "hybridtier"] {
+        let r = row(p);
+        let e = &r["engine"];
+        let rounds = e["rounds"].as_f64().unwrap_or_else(|| panic!("{p}: {r}"));
+        let per_round_ms = r["sim_ms"].as_f64().unwrap() / rounds;
+        let own = match p {
+            "damon" => 0.5,     // 100 ms x 0.005
+            "memtierd" => 25.0, // its tracker's 5 s scans
+            _ => 5.0,           // the engine's 1 s
+        };
+        assert!((per_round_ms / own - 1.0).abs() < 0.5, "{p}: a round every {per_round_ms} ms, not {own}: {e}");
+    }
+}
+
 /// multi-site (64 MiB: its hot sites exceed the 4 MiB LLC) in transparent mode with a quarter of it fast, under hmalloc: the
 /// context report libstrata writes at exit shows the directives hmalloc left in the channel.
 #[test]

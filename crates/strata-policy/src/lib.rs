@@ -14,10 +14,16 @@
 //! placement, seed 003 §3.5), `hmalloc` (first placement by context, seed 001 §3.1) and
 //! `dram-first` (several fast nodes before the slow tier, seed 002), and `strata`, the default,
 //! which combines hmalloc's first placement, MAT's whole-object moves and Ambix's page scoring.
+//! The field's policies, the baselines Strata is measured against ([`PEERS`]): `damon` (Linux
+//! 6.16's DAMON tiering recipe), `memtierd` (its heat policy) and `hybridtier` (HybridTier's
+//! runtime).
 pub mod ambix;
+pub mod damon;
 pub mod dram_first;
 pub mod hmalloc;
+pub mod hybridtier;
 pub mod mat;
+pub mod memtierd;
 pub mod strata;
 
 use serde::de::DeserializeOwned;
@@ -108,7 +114,7 @@ pub enum Directive {
 }
 
 /// One tier's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TierObs {
     pub tier: Tier,
     pub capacity_bytes: u64,
@@ -211,6 +217,12 @@ pub trait Policy: Send {
     fn process_directive(&self) -> Option<Directive> {
         None
     }
+    /// The period its own tracker runs at, simulated ms (its paper's, times its time scale):
+    /// the engine's round where the caller lets the policy choose (`strata bench tiering` does
+    /// for the field's policies). None: the engine's configured period.
+    fn round_ms(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// The observations a policy uses: each costs the machine something, so only these are made.
@@ -240,7 +252,12 @@ pub enum PolicyError {
 
 /// The registry's names. A name may carry a variant after a colon (`mat:lru`); its
 /// parameters are the table of the name without it.
-pub const POLICIES: &[&str] = &["first-touch", "ambix", "mat", "proactive", "hmalloc", "dram-first", "strata"];
+pub const POLICIES: &[&str] =
+    &["first-touch", "ambix", "mat", "proactive", "hmalloc", "dram-first", "strata", "damon", "memtierd", "hybridtier"];
+
+/// The field's policies, which Strata is measured against (the others are the seeds' and
+/// Strata's own).
+pub const PEERS: &[&str] = &["damon", "memtierd", "hybridtier"];
 
 /// The policy used when none is named.
 pub const DEFAULT_POLICY: &str = "strata";
@@ -312,6 +329,21 @@ pub fn create(name: &str, config: Option<&toml::Table>) -> Result<Box<dyn Policy
             let c: dram_first::Config = parse_config(base, config)?;
             c.check().map_err(bad)?;
             Ok(Box::new(dram_first::DramFirst::new(c)))
+        }
+        "damon" => {
+            let c: damon::Config = parse_config(base, config)?;
+            c.check().map_err(bad)?;
+            Ok(Box::new(damon::Damon::new(c)))
+        }
+        "memtierd" => {
+            let c: memtierd::Config = parse_config(base, config)?;
+            c.check().map_err(bad)?;
+            Ok(Box::new(memtierd::Memtierd::new(c)))
+        }
+        "hybridtier" => {
+            let c: hybridtier::Config = parse_config(base, config)?;
+            c.check().map_err(bad)?;
+            Ok(Box::new(hybridtier::HybridTier::new(c)))
         }
         _ => Err(PolicyError::Unknown { name: base.into() }),
     }

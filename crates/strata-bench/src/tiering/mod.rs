@@ -147,7 +147,7 @@ impl Setup {
         }
         let mut env = Vec::new();
         if let Setup::Engine(policy, tx) = self {
-            let spec = EngineSpec::new(policy, Some(engine.path(*tx))).map_err(|e| failed(e.to_string()))?;
+            let spec = EngineSpec::new(policy, Some(engine.path(policy, *tx))).map_err(|e| failed(e.to_string()))?;
             env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v)));
         }
         Ok((m, env))
@@ -155,11 +155,15 @@ impl Setup {
 }
 
 /// The engine's configuration for every engine policy of a matrix, written twice: as given,
-/// and with the transactional mover (`POLICY/transactional`). The files go when this does.
+/// and with the transactional mover (`POLICY/transactional`); and for a policy that runs at its
+/// own tracker's period (the field's: `Policy::round_ms`), once more with that period. The files
+/// go when this does.
 pub(crate) struct EngineFiles {
     pub config: stratad::Config,
     plain: PathBuf,
     transactional: PathBuf,
+    /// (policy, its period's file)
+    own_period: Vec<(String, PathBuf)>,
 }
 
 impl EngineFiles {
@@ -172,21 +176,40 @@ impl EngineFiles {
         }
         let dir = std::env::temp_dir();
         let tag = format!("{:010}-{}", std::process::id(), ENGINE_FILES.fetch_add(1, Ordering::Relaxed));
-        let files = EngineFiles {
+        let mut files = EngineFiles {
             plain: dir.join(format!("strata-engine-{tag}.toml")),
             transactional: dir.join(format!("strata-engine-{tag}-tx.toml")),
             config,
+            own_period: Vec::new(),
         };
         let mut tx = files.config.clone();
         tx.mover.mechanism = stratad::config::Mechanism::Transactional;
-        for (path, cfg) in [(&files.plain, &files.config), (&files.transactional, &tx)] {
+        let write = |path: &Path, cfg: &stratad::Config| -> Result<(), Error> {
             let text = toml::to_string(cfg).map_err(|e| failed(e.to_string()))?;
             std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;
+            Ok(())
+        };
+        write(&files.plain, &files.config)?;
+        write(&files.transactional, &tx)?;
+        for s in setups {
+            let Setup::Engine(p, _) = s else { continue };
+            let table = files.config.policy.get(strata_policy::base_name(p)).and_then(|v| v.as_table());
+            let made = strata_policy::create(p, table).map_err(|e| Error::Invalid(e.to_string()))?;
+            if let Some(ms) = made.round_ms() {
+                let mut own = files.config.clone();
+                own.scanner.period_ms = ms;
+                let path = dir.join(format!("strata-engine-{tag}-{}.toml", files.own_period.len()));
+                write(&path, &own)?;
+                files.own_period.push((p.clone(), path));
+            }
         }
         Ok(files)
     }
 
-    fn path(&self, transactional: bool) -> &Path {
+    fn path(&self, policy: &str, transactional: bool) -> &Path {
+        if let Some((_, p)) = self.own_period.iter().find(|(name, _)| name == policy) {
+            return p;
+        }
         if transactional {
             &self.transactional
         } else {
@@ -199,6 +222,9 @@ impl Drop for EngineFiles {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.plain);
         let _ = std::fs::remove_file(&self.transactional);
+        for (_, p) in &self.own_period {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -418,6 +444,7 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
 pub(crate) fn engine_config(
     policy_config: Option<&Path>,
     period_ms: f64,
+    time_scale: f64,
     sample_period: u64,
     split_mb: Option<f64>,
     footprint_mb: f64,
@@ -428,6 +455,13 @@ pub(crate) fn engine_config(
     };
     cfg.scanner.period_ms = period_ms;
     cfg.sampler.period_misses = sample_period;
+    // the field's policies keep their own periods, times the one time scale
+    for policy in strata_policy::PEERS {
+        let t = cfg.policy.entry(*policy).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(t) = t.as_table_mut() {
+            t.entry("time_scale").or_insert(toml::Value::Float(time_scale));
+        }
+    }
     let scaled = (footprint_mb / 512.0).max(4096.0 / 1048576.0);
     for policy in ["mat", "proactive"] {
         let t = cfg.policy.entry(policy).or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -477,7 +511,14 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         ),
         _ => None,
     };
-    let cfg = engine_config(a.policy_config.as_deref(), period_ms, a.sample_period, a.split_mb, a.size_mb as f64)?;
+    let cfg = engine_config(
+        a.policy_config.as_deref(),
+        period_ms,
+        a.time_scale,
+        a.sample_period,
+        a.split_mb,
+        a.size_mb as f64,
+    )?;
     let engine = EngineFiles::write(cfg, &setups)?;
     let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ensure(jobs > 0, || "--jobs must be positive".into())?;
