@@ -78,7 +78,7 @@ impl Config {
         if let Some(c) = self.hot_classes.iter().chain(&self.cold_classes).find(|c| **c >= self.heat_classes) {
             return Err(format!("class {c} is not below heat_classes ({})", self.heat_classes));
         }
-        if !(positive(self.fast_limit) && self.fast_limit <= 1.0) || !positive(self.mover_bandwidth_mbps) {
+        if !(positive(self.fast_limit) && self.fast_limit <= 1.0 && positive(self.mover_bandwidth_mbps)) {
             return Err("fast_limit must be in (0, 1] and mover_bandwidth_mbps positive".into());
         }
         if !(self.time_scale > 0.0 && self.time_scale.is_finite()) {
