@@ -9,6 +9,7 @@
 //! simulated time (stratad's libstratad.so). The engine's rounds and tpp's scans share one
 //! period (`--period-ms`), so the two see the program equally often. Real programs
 //! ([`real`]: Debian's Redis, memcached and LIBLINEAR) run the same way, driven from here.
+pub mod field;
 pub mod real;
 pub mod workloads;
 
@@ -34,8 +35,9 @@ pub const DEFAULT_PRESET: &str = "m2t-4m";
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
     /// Workloads (cold-first, phase, gups-hot, gups-hot-ro, ycsb-c, ycsb-a, pagerank,
-    /// multi-site), and real programs built by `strata emu pkg build` (redis-ycsb-a,
-    /// redis-ycsb-c, memcached-ycsb-c, liblinear) [default: all but the real programs]
+    /// multi-site), the field's (gapbs-bfs, gapbs-pr, gapbs-cc, gapbs-bc on a Kronecker graph,
+    /// xsbench, btree, gups), and real programs built by `strata emu pkg build` (redis-ycsb-a,
+    /// redis-ycsb-c, memcached-ycsb-c, liblinear) [default: the first eight]
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// Policies: first-touch (nothing moves), tpp and nomad (the emulated kernel modes: Linux's
@@ -480,13 +482,17 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
     let workloads: Vec<String> =
         if a.workloads.is_empty() { WORKLOADS.iter().map(|w| w.to_string()).collect() } else { a.workloads.clone() };
     for w in &workloads {
-        ensure(WORKLOADS.contains(&w.as_str()) || real::REAL.contains(&w.as_str()), || {
-            format!(
-                "unknown workload '{w}' (known: {}; real programs: {})",
-                WORKLOADS.join(", "),
-                real::REAL.join(", ")
-            )
-        })?;
+        ensure(
+            WORKLOADS.contains(&w.as_str()) || field::FIELD.contains(&w.as_str()) || real::REAL.contains(&w.as_str()),
+            || {
+                format!(
+                    "unknown workload '{w}' (known: {}; the field's: {}; real programs: {})",
+                    WORKLOADS.join(", "),
+                    field::FIELD.join(", "),
+                    real::REAL.join(", ")
+                )
+            },
+        )?;
         if let Some(p) = real::package(w) {
             strata_emu::pkg::require(p).map_err(|e| Error::Invalid(e.to_string()))?;
         }

@@ -12,7 +12,8 @@
 //! | `pagerank` | PageRank over a power-law graph: the edges, allocated first, are streamed; the ranks, allocated last, are read at random, a few of them very often |
 //! | `multi-site` | eight allocation sites of graded hotness (the last two allocated take 90 % of the lookups), four arrays each, freed and allocated again every generation, the coldest site first: first touch gives the fast tier to the coldest sites every time (what context policies can learn) |
 //!
-//! Sizes scale with `size_mb`, the footprint each aims at.
+//! Sizes scale with `size_mb`, the footprint each aims at. The field's workloads (GAPBS,
+//! XSBench, a B+-tree, GUPS) are in [`super::field`]; `run` takes either.
 use serde::{Deserialize, Serialize};
 use strata_kv::{Store, Variant};
 
@@ -55,7 +56,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// uniform in 0..n
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((self.next() as u128 * n as u128) >> 64) as u64
     }
     /// uniform in [0, 1)
@@ -74,7 +75,7 @@ fn filled(n: usize, seed: u64) -> Vec<u64> {
 }
 
 /// Time the measured phase on the machine's clock (simulated when emulated).
-fn timed(workload: &str, ops: u64, allocated_bytes: u64, f: impl FnOnce() -> u64) -> Outcome {
+pub(crate) fn timed(workload: &str, ops: u64, allocated_bytes: u64, f: impl FnOnce() -> u64) -> Outcome {
     let t = strata::now_ns();
     let checksum = std::hint::black_box(f());
     let ns = (strata::now_ns() - t).max(1);
@@ -318,6 +319,9 @@ fn multi_site(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
 
 /// The default operations of a workload's measured phase, for a footprint of size_mb.
 pub fn default_ops(workload: &str, size_mb: u64) -> u64 {
+    if super::field::FIELD.contains(&workload) {
+        return super::field::default_ops(workload, size_mb);
+    }
     let per_mb = match workload {
         "cold-first" | "gups-hot" | "gups-hot-ro" => 60_000,
         "multi-site" => 40_000,
@@ -344,7 +348,13 @@ pub fn run(workload: &str, size_mb: u64, ops: u64) -> Result<Outcome, Error> {
         "ycsb-a" => ycsb(size_mb, ops, "a")?,
         "pagerank" => pagerank(size_mb, ops),
         "multi-site" => multi_site(size_mb, ops)?,
-        w => return Err(Error::Invalid(format!("unknown workload '{w}' (known: {})", WORKLOADS.join(", ")))),
+        w => super::field::run(w, size_mb, ops).ok_or_else(|| {
+            Error::Invalid(format!(
+                "unknown workload '{w}' (known: {}, {})",
+                WORKLOADS.join(", "),
+                super::field::FIELD.join(", ")
+            ))
+        })?,
     })
 }
 
