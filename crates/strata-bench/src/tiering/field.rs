@@ -47,44 +47,48 @@ pub fn kronecker(scale: u32, seed: u64) -> Graph {
         let j = rng.next() as usize % (i + 1);
         perm.swap(i, j);
     }
-    let mut edges: Vec<(u32, u32)> = Vec::with_capacity(m);
-    for _ in 0..m {
-        let (mut u, mut v) = (0usize, 0usize);
-        for _ in 0..scale {
-            let r = rng.unit();
-            let (bu, bv) = if r < 0.57 {
-                (0, 0)
-            } else if r < 0.76 {
-                (0, 1)
-            } else if r < 0.95 {
-                (1, 0)
-            } else {
-                (1, 1)
-            };
-            u = u << 1 | bu;
-            v = v << 1 | bv;
+    // the edges are generated twice from the same seed, to count the degrees and then to fill
+    // the lists: no edge list is held (a freed one would leave the fast tier to dead pages)
+    let edges = |rng: &mut Rng, f: &mut dyn FnMut(u32, u32)| {
+        for _ in 0..m {
+            let (mut u, mut v) = (0usize, 0usize);
+            for _ in 0..scale {
+                let r = rng.unit();
+                let (bu, bv) = if r < 0.57 {
+                    (0, 0)
+                } else if r < 0.76 {
+                    (0, 1)
+                } else if r < 0.95 {
+                    (1, 0)
+                } else {
+                    (1, 1)
+                };
+                u = u << 1 | bu;
+                v = v << 1 | bv;
+            }
+            if u != v {
+                f(perm[u], perm[v]);
+            }
         }
-        if u != v {
-            edges.push((perm[u], perm[v]));
-        }
-    }
-    let mut degree = vec![0u64; n + 1];
-    for &(u, v) in &edges {
-        degree[u as usize] += 1;
-        degree[v as usize] += 1;
-    }
+    };
+    let state = rng.0;
     let mut offsets = vec![0u64; n + 1];
+    edges(&mut rng, &mut |u, v| {
+        offsets[u as usize + 1] += 1;
+        offsets[v as usize + 1] += 1;
+    });
     for v in 0..n {
-        offsets[v + 1] = offsets[v] + degree[v];
+        offsets[v + 1] += offsets[v];
     }
     let mut fill = offsets.clone();
     let mut neighbours = vec![0u32; offsets[n] as usize];
-    for (u, v) in edges {
+    edges(&mut Rng(state), &mut |u, v| {
         neighbours[fill[u as usize] as usize] = v;
         fill[u as usize] += 1;
         neighbours[fill[v as usize] as usize] = u;
         fill[v as usize] += 1;
-    }
+    });
+    drop(fill);
     Graph { offsets, neighbours }
 }
 

@@ -701,8 +701,15 @@ impl Report {
     /// The benchmark's name in results files: tiering-PRESET, with -real when every workload
     /// is a real program (so that those runs keep a file of their own).
     pub fn benchmark(&self) -> String {
-        let real = !self.rows.is_empty() && self.rows.iter().all(|r| r.program.is_some());
-        format!("tiering-{}{}", self.preset, if real { "-real" } else { "" })
+        let all = |f: &dyn Fn(&Row) -> bool| !self.rows.is_empty() && self.rows.iter().all(f);
+        let kind = if all(&|r| r.program.is_some()) {
+            "-real"
+        } else if all(&|r| field::FIELD.contains(&r.workload.as_str())) {
+            "-field"
+        } else {
+            ""
+        };
+        format!("tiering-{}{kind}", self.preset)
     }
 
     /// The report (BENCHMARK.json) and its plots into dir.
