@@ -46,6 +46,18 @@ pub enum Command {
         #[command(flatten)]
         save: Save,
     },
+    /// The comparison: every workload (ours, GAPBS, XSBench, btree, GUPS) under the kernel's
+    /// tiering, Nomad, DAMON tiering, memtierd, HybridTier and Strata's policies at 1:2, 1:4, 1:8
+    /// (graphs also 1:16) on the emulated machine, with plots (--out); `bench tiering` with
+    /// these settings (needs `make emu`)
+    Suite {
+        #[command(flatten)]
+        opts: tiering::SuiteOptions,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
     /// Run one tiering workload here and print its result as JSON (what `bench tiering` runs
     /// on the emulated machine)
     #[command(hide = true)]
@@ -148,6 +160,12 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         }
         Command::Tiering { opts, out, save } => {
             let r = tiering::run(&opts, out.progress("tiering"))?;
+            saved(&save, |d| r.save(d), &out)?;
+            out.print(&r, tiering::Report::table)
+        }
+        Command::Suite { opts, out, save } => {
+            let mut r = tiering::run(&opts.options(), out.progress("suite"))?;
+            r.suite = Some(opts.set().into());
             saved(&save, |d| r.save(d), &out)?;
             out.print(&r, tiering::Report::table)
         }

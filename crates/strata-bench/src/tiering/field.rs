@@ -50,6 +50,9 @@ pub fn kronecker(scale: u32, seed: u64) -> Graph {
     // the edges are generated twice from the same seed, to count the degrees and then to fill
     // the lists: no edge list is held (a freed one would leave the fast tier to dead pages)
     let edges = |rng: &mut Rng, f: &mut dyn FnMut(u32, u32)| {
+        // a local copy stays in a register: the emulator charges memory accesses, not arithmetic
+        let mut local = Rng(rng.0);
+        let rng = &mut local;
         for _ in 0..m {
             let (mut u, mut v) = (0usize, 0usize);
             for _ in 0..scale {

@@ -93,6 +93,62 @@ pub struct Options {
     /// simulated time, the same however many run beside it; only the wall time changes
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// One more fast-tier ratio for the graph workloads (gapbs-*), which the field also runs at
+    /// 1:16 (0.0625)
+    #[arg(long, value_name = "R")]
+    pub graph_ratio: Option<f64>,
+}
+
+/// `strata bench suite`: every workload (ours and the field's) under every baseline (the
+/// kernel's tiering, Nomad, DAMON tiering, memtierd, HybridTier) and Strata's policies, at
+/// fast:total 1:2, 1:4, 1:8 and, for graphs, 1:16.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SuiteOptions {
+    /// The quick set: footprints of 32 MiB (about 10 minutes on 2 CPUs) instead of 128 MiB
+    /// (a few hours)
+    #[arg(long)]
+    pub quick: bool,
+    /// Every period and threshold of the kernel modes and policies times this
+    #[arg(long, default_value_t = DEFAULT_TIME_SCALE, value_name = "FACTOR")]
+    pub time_scale: f64,
+    /// Emulated runs at once [default: the host's CPUs]
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+/// The suite's policies: first touch, the baselines, and Strata's.
+pub const SUITE_POLICIES: &[&str] =
+    &["first-touch", "linux", "nomad", "damon", "memtierd", "hybridtier", "ambix", "mat:apb", "hmalloc", "strata"];
+
+impl SuiteOptions {
+    /// Its name in results: quick or full.
+    pub fn set(&self) -> &'static str {
+        if self.quick {
+            "quick"
+        } else {
+            "full"
+        }
+    }
+
+    /// The matrix it runs.
+    pub fn options(&self) -> Options {
+        Options {
+            workloads: WORKLOADS.iter().chain(field::FIELD).map(|w| w.to_string()).collect(),
+            policies: SUITE_POLICIES.iter().map(|p| p.to_string()).collect(),
+            allocator: "strata".into(),
+            preset: DEFAULT_PRESET.into(),
+            machine: MachineArgs { fast_ratio: vec![0.5, 0.25, 0.125], ..MachineArgs::default() },
+            size_mb: if self.quick { 32 } else { 128 },
+            ops: None,
+            time_scale: self.time_scale,
+            period_ms: None,
+            sample_period: DEFAULT_SAMPLE_PERIOD,
+            split_mb: None,
+            policy_config: None,
+            jobs: self.jobs,
+            graph_ratio: Some(0.0625),
+        }
+    }
 }
 
 /// Every period and threshold of the kernel modes and policies is its real value times this
@@ -301,6 +357,9 @@ pub struct Report {
     /// the engine's configuration every engine policy ran with
     pub engine_config: stratad::Config,
     pub rows: Vec<Row>,
+    /// `strata bench suite`'s set ("quick" or "full"), when it ran this
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<String>,
 }
 
 fn default_time_scale() -> f64 {
@@ -534,6 +593,10 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
     let result = (|| -> Result<Vec<Row>, Error> {
         let mut rows = Vec::new();
         for w in &workloads {
+            let mut ratios = ratios.clone();
+            if let (true, Some(g)) = (w.starts_with("gapbs-"), a.graph_ratio) {
+                ratios.push(g);
+            }
             rows.extend(run_workload(&mx, w, &setups, &ratios)?);
         }
         Ok(rows)
@@ -547,6 +610,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         allocator: a.allocator.clone(),
         engine_config: mx.engine.config.clone(),
         rows: result?,
+        suite: None,
     })
 }
 
@@ -701,6 +765,9 @@ impl Report {
     /// The benchmark's name in results files: tiering-PRESET, with -real when every workload
     /// is a real program (so that those runs keep a file of their own).
     pub fn benchmark(&self) -> String {
+        if let Some(set) = &self.suite {
+            return format!("suite-{}-{set}", self.preset);
+        }
         let all = |f: &dyn Fn(&Row) -> bool| !self.rows.is_empty() && self.rows.iter().all(f);
         let kind = if all(&|r| r.program.is_some()) {
             "-real"
