@@ -811,4 +811,23 @@ mod tests {
         let e = setups(&["nosuch".into()]).unwrap_err().to_string();
         assert!(e.contains("unknown policy 'nosuch'") && e.contains("ambix"), "{e}");
     }
+
+    #[test]
+    fn the_suite_runs_every_workload_under_every_baseline_at_the_fields_ratios() {
+        let quick = SuiteOptions { quick: true, time_scale: DEFAULT_TIME_SCALE, jobs: None };
+        let o = quick.options();
+        for w in WORKLOADS.iter().chain(field::FIELD) {
+            assert!(o.workloads.iter().any(|x| x == w), "{w} missing");
+        }
+        let s = setups(&o.policies).unwrap();
+        for k in [Kernel::Linux, Kernel::Nomad] {
+            assert!(s.contains(&Setup::Kernel(k)), "{k:?}");
+        }
+        for p in strata_policy::PEERS.iter().chain(&["strata"]) {
+            assert!(s.contains(&Setup::Engine(p.to_string(), false)), "{p}");
+        }
+        assert_eq!(o.machine.fast_ratio, vec![0.5, 0.25, 0.125]);
+        assert_eq!((o.graph_ratio, o.size_mb), (Some(0.0625), 32));
+        assert_eq!(SuiteOptions { quick: false, ..quick }.options().size_mb, 128);
+    }
 }
