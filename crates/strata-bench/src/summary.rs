@@ -159,7 +159,8 @@ fn ycsb_table(s: &mut String, r: &ycsb::Report) {
 }
 
 /// Tiering: each policy's share of the all-fast throughput at each fast-tier size, then the
-/// engine policies at 25 % against first-touch and tpp.
+/// policies at 25 % against first-touch and the kernel's tiering (linux; tpp in runs before
+/// it).
 fn tiering_table(s: &mut String, r: &tiering::Report) {
     let mut workloads: Vec<&str> = Vec::new();
     let mut policies: Vec<&str> = Vec::new();
@@ -202,24 +203,30 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
             .collect();
         let _ = writeln!(s, "| {w} | {far} | {} |", cells.join(" | "));
     }
-    let _ = writeln!(s, "\nThroughput over all-fast (model output, preset {}; footprints of about {} MiB; rounds and scans every {} ms).\n", r.preset, r.size_mb, r.period_ms);
-    let engines: Vec<&str> = policies.iter().copied().filter(|p| *p != "first-touch" && *p != "tpp").collect();
-    if ratios.contains(&0.25) && !engines.is_empty() {
+    let _ = writeln!(
+        s,
+        "\nThroughput over all-fast (model output, preset {}; footprints of about {} MiB; time scale {}: rounds and scans every {} ms).\n",
+        r.preset, r.size_mb, r.time_scale, r.period_ms
+    );
+    let kernel = if policies.contains(&"linux") { "linux" } else { "tpp" };
+    let others: Vec<&str> = policies.iter().copied().filter(|p| *p != "first-touch" && *p != kernel).collect();
+    if ratios.contains(&0.25) && !others.is_empty() {
         let _ = writeln!(
             s,
-            "| workload (25 % fast) | policy | x first-touch | x tpp | migrated MiB (tpp's) |\n|---|---|---|---|---|"
+            "| workload (25 % fast) | policy | x first-touch | x {kernel} | migrated MiB ({kernel}'s) |\n|---|---|---|---|---|"
         );
         for w in &workloads {
-            for p in &engines {
+            let k = get(w, kernel, Some(0.25));
+            for p in &others {
                 if let Some(x) = get(w, p, Some(0.25)) {
-                    let tpp = get(w, "tpp", Some(0.25)).map_or("-".into(), |t| format!("{}", t.migrated_bytes >> 20));
                     let o = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
                     let _ = writeln!(
                         s,
-                        "| {w} | {p} | {} | {} | {} ({tpp}) |",
+                        "| {w} | {p} | {} | {} | {} ({}) |",
                         o(x.speedup_over_first_touch),
-                        o(x.speedup_over_tpp),
-                        x.migrated_bytes >> 20
+                        o(k.map(|k| x.figure / k.figure)),
+                        x.migrated_bytes >> 20,
+                        k.map_or("-".into(), |k| format!("{}", k.migrated_bytes >> 20))
                     );
                 }
             }
@@ -351,19 +358,17 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 header(&mut s, &r.measured, &what, &path, dir);
                 ycsb_table(&mut s, &r.report);
             }
-            b if b.starts_with("tiering-") => {
+            b if b.starts_with("tiering-") || b.starts_with("suite-") => {
                 let r: Saved<tiering::Report> = parse(&path, v)?;
-                header(
-                    &mut s,
-                    &r.measured,
-                    &format!(
-                        "Tiering policies (emulated, preset {}{})",
-                        r.report.preset,
-                        if b.ends_with("-real") { ", real programs" } else { "" }
-                    ),
-                    &path,
-                    dir,
-                );
+                let what = match (r.report.suite.as_deref(), b.ends_with("-real"), b.ends_with("-field")) {
+                    (Some(set), ..) => {
+                        format!("The suite ({set}): every workload under the baselines and Strata's policies")
+                    }
+                    (_, true, _) => "Tiering policies, real programs".into(),
+                    (_, _, true) => "Tiering policies, the field's workloads".into(),
+                    _ => "Tiering policies".into(),
+                };
+                header(&mut s, &r.measured, &format!("{what} (emulated, preset {})", r.report.preset), &path, dir);
                 tiering_table(&mut s, &r.report);
             }
             "daemon" => {

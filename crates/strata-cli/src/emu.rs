@@ -107,8 +107,10 @@ pub struct RunArgs {
     kernel: Kernel,
     #[command(flatten)]
     machine: MachineArgs,
-    /// Run a tiering policy inside the program on its simulated time (first-touch, ambix): the
-    /// engine (libstratad.so) scans its pages every round and moves them
+    /// Run a tiering policy inside the program on its simulated time: first-touch, ambix, mat
+    /// (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first, strata, or the field's damon,
+    /// memtierd, hybridtier. The engine (libstratad.so) observes the program every round and
+    /// moves its pages (docs/tiering.md)
     #[arg(long, value_name = "NAME")]
     policy: Option<String>,
     /// The engine's configuration: scanner, mover, the policy's parameters (TOML;
@@ -231,6 +233,9 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
         m.set_tpp_scan_period_ms(ms);
     }
     a.machine.apply(&mut m)?;
+    // a policy the engine does not know is refused before anything runs
+    let engine =
+        a.policy.as_deref().map(|p| stratad::emulated::EngineSpec::new(p, a.policy_config.as_deref())).transpose()?;
     let mut footprint = None;
     if let Some(r) = a.machine.one_fast_ratio()? {
         progress.say("pass 1 of 2: measuring the footprint with everything fast");
@@ -242,8 +247,8 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
     }
     let mut c = Proc::new(&a.command[0]);
     c.args(&a.command[1..]);
-    if let Some(p) = &a.policy {
-        c.envs(stratad::emulated::EngineSpec::new(p, a.policy_config.as_deref())?.env());
+    if let Some(e) = &engine {
+        c.envs(e.env());
     }
     if a.out.json {
         // the program's output goes to stderr, so stdout is the report alone
