@@ -458,14 +458,8 @@ impl Policy for Damon {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let page = obs.page_bytes.max(1);
-        let mut sorted;
-        let pages: &[crate::PageObs] = if obs.pages.is_sorted_by_key(|p| (p.pid, p.addr)) {
-            &obs.pages
-        } else {
-            sorted = obs.pages.clone();
-            sorted.sort_by_key(|p| (p.pid, p.addr));
-            &sorted
-        };
+        let sorted = crate::sorted_pages(&obs.pages);
+        let pages: &[crate::PageObs] = &sorted;
         self.cover(pages, page);
         self.sample(pages, page);
         let mut out = Vec::new();

@@ -390,14 +390,8 @@ impl Policy for HybridTier {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let page = obs.page_bytes.max(1);
-        let mut sorted;
-        let pages: &[PageObs] = if obs.pages.is_sorted_by_key(|p| (p.pid, p.addr)) {
-            &obs.pages
-        } else {
-            sorted = obs.pages.clone();
-            sorted.sort_by_key(|p| (p.pid, p.addr));
-            &sorted
-        };
+        let sorted = crate::sorted_pages(&obs.pages);
+        let pages: &[PageObs] = &sorted;
         let mut out = Vec::new();
         for s in obs.samples.iter().filter(|s| !s.store) {
             if s.time_ns < self.rest_until_ns {

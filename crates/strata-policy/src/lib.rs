@@ -89,6 +89,18 @@ pub fn object_at(objects: &[ObjectObs], pid: u32, addr: u64) -> Option<usize> {
     (o.pid == pid && addr < o.addr + o.len).then(|| i - 1)
 }
 
+/// The pages in (pid, address) order: as given when they already are (the engine's walks
+/// are), else sorted.
+pub fn sorted_pages(pages: &[PageObs]) -> std::borrow::Cow<'_, [PageObs]> {
+    if pages.is_sorted_by_key(|p| (p.pid, p.addr)) {
+        std::borrow::Cow::Borrowed(pages)
+    } else {
+        let mut v = pages.to_vec();
+        v.sort_by_key(|p| (p.pid, p.addr));
+        std::borrow::Cow::Owned(v)
+    }
+}
+
 /// An allocation context from a process's channel (its counters are cumulative).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ContextObs {

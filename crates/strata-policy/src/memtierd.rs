@@ -239,14 +239,8 @@ impl Policy for Memtierd {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let page = obs.page_bytes.max(1);
-        let mut sorted;
-        let pages: &[PageObs] = if obs.pages.is_sorted_by_key(|p| (p.pid, p.addr)) {
-            &obs.pages
-        } else {
-            sorted = obs.pages.clone();
-            sorted.sort_by_key(|p| (p.pid, p.addr));
-            &sorted
-        };
+        let sorted = crate::sorted_pages(&obs.pages);
+        let pages: &[PageObs] = &sorted;
         self.count(pages, page);
         let interval = (self.cfg.interval_ms as f64 * 1e6 * self.cfg.time_scale) as u64;
         let next = *self.next_interval_ns.get_or_insert(obs.now_ns + interval);
