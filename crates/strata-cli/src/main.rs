@@ -31,8 +31,9 @@ Examples:
   strata bench ycsb                YCSB on strata-kv: std vs nextto
   strata vm run -- strata topo     run a command in a QEMU guest with a real slow tier
   strata emu cc -O2 x.c -o x       build a C program for the emulated machine
-  strata emu run --preset m2t --fast-ratio 0.25 --kernel tpp -- ./x
-                                   run it on emulated tiers; report caches, TLBs, migrations
+  strata emu run --preset m2t --fast-ratio 0.25 --kernel linux -- ./x
+                                   run it on emulated tiers under the kernel's own tiering
+  strata bench suite --quick       Strata against the kernel's tiering, DAMON, memtierd, HybridTier
   strata emu settings              every emulator setting and preset
   strata emu validate              the emulator vs cachegrind and vs native runs
   strata bench summary             the saved runs in bench/results, as tables
