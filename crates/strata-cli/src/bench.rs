@@ -117,9 +117,10 @@ pub enum Command {
     },
     /// The headline figures of every saved run (bench/results), as markdown
     Summary {
-        /// Where the runs are
-        #[arg(long, default_value = "bench/results")]
-        dir: PathBuf,
+        /// Where the runs are [default: bench/results here, else the checkout's strata was
+        /// built from]
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// Write DIR/SUMMARY.md instead of printing
         #[arg(long)]
         write: bool,
@@ -189,6 +190,14 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             Ok(migrate::workload(bytes, threads, write_every, pin)?)
         }
         Command::Summary { dir, write } => {
+            let dir = dir.unwrap_or_else(|| {
+                let here = PathBuf::from("bench/results");
+                if here.is_dir() {
+                    here
+                } else {
+                    strata_util::paths::repo_root().join("bench/results")
+                }
+            });
             let text = summary::summarize(&dir)?;
             if write {
                 let p = dir.join("SUMMARY.md");
