@@ -195,7 +195,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
                 if here.is_dir() {
                     here
                 } else {
-                    strata_util::paths::repo_root().join("bench/results")
+                    strata_util::repo_root().join("bench/results")
                 }
             });
             let text = summary::summarize(&dir)?;
