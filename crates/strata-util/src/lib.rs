@@ -16,19 +16,19 @@ mod paths;
 pub use host::Host;
 
 /// A file or program that could not be read, written or started: what was being done, and the
-/// system's reason. Every crate's error type wraps it.
+/// system's reason. Every crate's error type wraps it. The reason is part of its message and not
+/// a `source` too, so that a chain printed whole (`{:#}`) says it once.
 #[derive(Debug, thiserror::Error)]
-#[error("{what}: {source}")]
+#[error("{what}: {reason}")]
 pub struct IoError {
     pub what: String,
-    #[source]
-    pub source: std::io::Error,
+    pub reason: std::io::Error,
 }
 
 /// For `map_err`: an `std::io::Error` as an [`IoError`] saying what was being done.
 pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> IoError {
     let what = what.into();
-    move |source| IoError { what, source }
+    move |reason| IoError { what, reason }
 }
 pub use paths::{find_built, paths_include, repo_root, NotBuilt};
 
