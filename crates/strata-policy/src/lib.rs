@@ -116,8 +116,10 @@ pub struct ContextObs {
     pub directive: Directive,
 }
 
-/// Where a context's new objects go (the channel's directive).
+/// Where a context's new objects go (the channel's directive). In JSON: "default", "fast",
+/// "slow", {"tier": N}.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Directive {
     Default,
     Fast,

@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// A group's identity, kept from round to round so its policy keeps its state.
+/// A group's identity, kept from round to round so its policy keeps its state. In JSON:
+/// {"priority": N} or {"limited": pid}.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GroupKey {
     /// the processes of this priority without a limit
     Priority(i32),
