@@ -92,6 +92,7 @@ pub fn follow(mut child: Child, timeout_s: u64, verbose: bool) -> Result<i32, Er
             );
             Ok(rc)
         }
+        (None, _) if st.console.iter().any(|l| l.contains("Kernel panic")) => Err(Error::Panicked(tail(&st.console))),
         (None, _) => Err(Error::Guest(format!("the guest did not boot; console:\n{}", tail(&st.console)))),
         (Some(_), None) => {
             Err(Error::Guest(format!("the guest stopped before the command finished; console:\n{}", tail(&st.console))))
