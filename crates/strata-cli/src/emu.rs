@@ -117,6 +117,12 @@ pub struct RunArgs {
     /// examples/strata.toml documents every key)
     #[arg(long, value_name = "FILE", requires = "policy")]
     policy_config: Option<std::path::PathBuf>,
+    /// The program's allocator under --policy: strata (libstrata.so preloaded, transparent
+    /// mode, so that the engine sees its objects and allocation contexts, as `bench tiering`
+    /// runs its workloads) or glibc (page policies only see it). Without --policy nothing is
+    /// preloaded
+    #[arg(long, value_parser = ["strata", "glibc"], default_value = "strata", requires = "policy")]
+    allocator: String,
     #[command(flatten)]
     out: Output,
     /// The instrumented program and its arguments
@@ -249,6 +255,10 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
     c.args(&a.command[1..]);
     if let Some(e) = &engine {
         c.envs(e.env());
+        if a.allocator == "strata" && std::env::var_os("LD_PRELOAD").is_none() {
+            let lib = strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")?;
+            c.env("LD_PRELOAD", lib);
+        }
     }
     if a.out.json {
         // the program's output goes to stderr, so stdout is the report alone
@@ -256,6 +266,16 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
         c.stdout(std::io::stderr().as_fd().try_clone_to_owned()?);
     }
     let r = run_emulated(&m, &mut c, false)?;
+    if let (Some(e), Some(stats)) = (&engine, &r.report.engine) {
+        if stats["rounds"].as_u64() == Some(0) {
+            let period = e.period_ms();
+            progress.say(&format!(
+                "the engine ran no round: its period ({period} simulated ms) is longer than the program's {:.1} ms; \
+                 give a shorter [scanner] period_ms in --policy-config",
+                r.report.sim_ns as f64 / 1e6
+            ));
+        }
+    }
     let accesses = r.report.totals.accesses;
     let out = RunOutput {
         report: r.report,

@@ -89,6 +89,41 @@ fn an_engine_policy_runs_in_the_program_and_two_runs_give_the_same_counts() {
     let _ = std::fs::remove_file(cfg);
 }
 
+/// Under --policy an unmodified program's malloc is libstrata's (transparent mode), so an
+/// object policy sees its objects and moves them; with --allocator glibc it sees none. An
+/// engine whose period outlasts the program says so.
+#[test]
+fn emu_run_gives_object_policies_the_programs_objects_and_says_when_no_round_ran() {
+    let cfg = config("objects", "[scanner]\nperiod_ms = 1.0\n");
+    let run = |allocator: &str| {
+        let o = strata()
+            .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25"])
+            .args(["--policy", "mat:apb", "--allocator", allocator, "--policy-config"])
+            .arg(&cfg)
+            .arg("--")
+            .arg(emu_strata())
+            .args(["bench", "tiering-workload", "--workload", "cold-first", "--size-mb", "8"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()["engine"].clone()
+    };
+    let (strata_malloc, glibc) = (run("strata"), run("glibc"));
+    assert!(strata_malloc["objects"].as_u64() > Some(0), "{strata_malloc}");
+    assert!(strata_malloc["migrated_bytes"].as_u64() > Some(0), "MAT moved records: {strata_malloc}");
+    assert_eq!(glibc["objects"], 0, "{glibc}");
+    let _ = std::fs::remove_file(cfg);
+    // the default period, a simulated second, is longer than this program
+    let o = strata()
+        .args(["emu", "run", "--preset", "m2t-4m", "--policy", "ambix", "--"])
+        .arg(emu_strata())
+        .args(["bench", "tiering-workload", "--workload", "cold-first", "--size-mb", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("the engine ran no round"), "{err}");
+}
+
 #[test]
 fn bad_policies_and_configurations_are_refused_by_name() {
     let prog = emu_strata();

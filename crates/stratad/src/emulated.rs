@@ -314,6 +314,8 @@ pub struct EngineSpec {
     pub config: Option<std::path::PathBuf>,
     /// the directive the policy wants the program to start with
     pub directive: Option<strata_policy::Directive>,
+    /// the engine's round, simulated ms
+    period_ms: f64,
 }
 
 impl EngineSpec {
@@ -328,8 +330,14 @@ impl EngineSpec {
         let lib =
             strata_util::find_built("libstratad.so", Some("STRATA_ENGINE_LIB"), "cargo build --release -p stratad")
                 .map_err(|e| Error::Machine(e.to_string()))?;
+        let period_ms = cfg.scanner.period_ms;
         let config = config.map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
-        Ok(EngineSpec { lib, policy: policy.into(), config, directive })
+        Ok(EngineSpec { lib, policy: policy.into(), config, directive, period_ms })
+    }
+
+    /// The engine's round, simulated ms (its configuration's scanner period).
+    pub fn period_ms(&self) -> f64 {
+        self.period_ms
     }
 
     /// The variables to give the emulated program.
