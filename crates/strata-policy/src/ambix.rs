@@ -279,14 +279,7 @@ fn coalesce(mut moved: Vec<(Key, Tier, i32)>, page: u64) -> Vec<Action> {
     moved.sort_by_key(|((pid, addr), to, _)| (*to, *pid, *addr));
     let mut out: Vec<Action> = Vec::new();
     for ((pid, addr), to, score) in moved {
-        if let Some(Action::Move { pid: p, addr: a, len, to: t, priority }) = out.last_mut() {
-            if *p == pid && *t == to && *a + *len == addr {
-                *len += page;
-                *priority = (*priority).max(score as i64);
-                continue;
-            }
-        }
-        out.push(Action::Move { pid, addr, len: page, to, priority: score as i64 });
+        crate::push_page_move(&mut out, pid, addr, page, to, score as i64);
     }
     out
 }

@@ -205,8 +205,6 @@ pub struct HybridTier {
     sweeps_short: u32,
     last_demotion_ns: u64,
     rest_until_ns: u64,
-    pub promoted_pages: u64,
-    pub demoted_pages: u64,
 }
 
 impl HybridTier {
@@ -228,13 +226,7 @@ impl HybridTier {
             sweeps_short: 0,
             last_demotion_ns: 0,
             rest_until_ns: 0,
-            promoted_pages: 0,
-            demoted_pages: 0,
         }
-    }
-
-    pub fn hot_threshold(&self) -> u32 {
-        self.hot_threshold
     }
 
     /// Rest (monitor mode), then age both sketches and restore the threshold.
@@ -278,11 +270,10 @@ impl HybridTier {
             let m = mom.increase(key(pid, addr), n);
             self.seen.insert((pid, addr), f);
             if (f >= self.hot_threshold || m >= cfg.momentum_threshold) && tier_of(pid, addr).is_some_and(|t| t > 0) {
-                out.push(Action::Move { pid, addr, len: page, to: 0, priority: f as i64 });
+                crate::push_page_move(out, pid, addr, page, 0, f as i64);
                 promoted += 1;
             }
         }
-        self.promoted_pages += promoted;
         self.promoted_in_window += promoted;
         self.batch_samples = 0;
         self.batches += 1;
@@ -314,19 +305,19 @@ impl HybridTier {
             _ => return,
         };
         let push = |out: &mut Vec<Action>, (pid, addr): (u32, u64)| {
-            out.push(Action::Move { pid, addr, len: page, to: 1, priority: 0 });
+            crate::push_page_move(out, pid, addr, page, 1, 0);
         };
-        let before = out.len();
+        let mut second = 0u64; // second-chance pages demoted
         if !self.second_chance.is_empty() && now >= self.second_chance_at + self.cfg.ns(self.cfg.second_chance_secs) {
             for &(k, old) in &self.second_chance {
                 if freq.frequency(key(k.0, k.1)) == old {
                     push(out, k);
+                    second += 1;
                 }
             }
             self.second_chance.clear();
             self.second_chance_at = now;
         }
-        let second = (out.len() - before) as u64;
         let want = ((self.cfg.demote_wmark * cap as f64) as u64).saturating_sub(free + second * page) / page;
         let fast: Vec<&PageObs> = pages.iter().filter(|p| p.tier == 0).collect();
         let start = fast.partition_point(|p| (p.pid, p.addr) <= self.last_scanned);
@@ -365,7 +356,6 @@ impl HybridTier {
             self.sweeps_short = 0;
         }
         let demoted = second + cold;
-        self.demoted_pages += demoted;
         // throttle: faster than the limit since the last demotion rests the runtime a second
         let since = now.saturating_sub(self.last_demotion_ns).max(1) as f64 / (1e9 * self.cfg.time_scale);
         let mbps = (demoted * page) as f64 / since / 1e6;
@@ -419,6 +409,14 @@ mod tests {
         PageObs { pid: 1, addr: i * PAGE, tier, node: tier, accessed: false, dirty: false }
     }
 
+    /// The pages (numbers) a move to `to` covers.
+    fn pages_to(a: &Action, to: Tier) -> Vec<u64> {
+        match a {
+            Action::Move { addr, len, to: t, .. } if *t == to => (addr / PAGE..(addr + len) / PAGE).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn sample(i: u64) -> Sample {
         Sample { pid: 1, addr: i * PAGE + 64, tier: 1, time_ns: 0, store: false }
     }
@@ -462,15 +460,12 @@ mod tests {
         let mut samples: Vec<Sample> = (0..6).map(|_| sample(60)).collect();
         samples.extend([sample(61), sample(61), sample(10), sample(10)]);
         let acts = h.decide(&obs(0, pages.clone(), samples, 1000, 900));
-        let up: Vec<u64> = acts
-            .iter()
-            .filter_map(|a| if let Action::Move { addr, to: 0, .. } = a { Some(addr / PAGE) } else { None })
-            .collect();
+        let up: Vec<u64> = acts.iter().flat_map(|a| pages_to(a, 0)).collect();
         assert_eq!(up, vec![60], "frequency 6 >= 5 promotes; 2 samples do not; a fast page stays");
         // momentum: three samples of page 62 in one batch
         let samples: Vec<Sample> = [62, 62, 62, 63, 64, 65, 66, 67, 68, 69].iter().map(|i| sample(*i)).collect();
         let acts = h.decide(&obs(1, pages, samples, 1000, 900));
-        assert!(acts.iter().any(|a| matches!(a, Action::Move { addr, to: 0, .. } if *addr == 62 * PAGE)), "{acts:?}");
+        assert!(acts.iter().flat_map(|a| pages_to(a, 0)).any(|p| p == 62), "{acts:?}");
         // fewer samples than a batch: nothing yet
         let mut h = HybridTier::new(Config { sample_batch: 10, ..Config::default() });
         let acts = h.decide(&obs(0, (0..100).map(|i| page(i, 1)).collect(), vec![sample(70); 9], 1000, 900));
@@ -493,10 +488,7 @@ mod tests {
         }
         h.hot_threshold = 2;
         let acts = h.decide(&obs(10, pages.clone(), vec![sample(1500); 4], 1000, 5));
-        let down: Vec<u64> = acts
-            .iter()
-            .filter_map(|a| if let Action::Move { addr, to: 1, .. } = a { Some(addr / PAGE) } else { None })
-            .collect();
+        let down: Vec<u64> = acts.iter().flat_map(|a| pages_to(a, 1)).collect();
         // (page 1500, sampled four times, is promoted in the same batch: 4 free, 46 to demote)
         assert_eq!(down.len(), 46, "{down:?}");
         assert!(!down.contains(&0) && !down.contains(&1), "hot pages are not demoted");
@@ -505,6 +497,6 @@ mod tests {
         // 60 s (scaled) later, unsampled since: the second chance is used up
         let later = 60_001_000;
         let acts = h.decide(&obs(later, pages, vec![sample(1501); 4], 1000, 5));
-        assert!(acts.iter().any(|a| matches!(a, Action::Move { addr: 0, to: 1, .. })), "{acts:?}");
+        assert!(acts.iter().flat_map(|a| pages_to(a, 1)).any(|p| p == 0), "{acts:?}");
     }
 }

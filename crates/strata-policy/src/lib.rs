@@ -205,6 +205,20 @@ pub struct Counters {
     pub llc_misses: u64,
 }
 
+/// Add a move of one page to `out`: it extends the last move when that one is of the same
+/// process to the same tier and ends where this page starts (its priority the higher of the
+/// two), else it is a move of its own. Pages given in address order come out as ranges.
+pub fn push_page_move(out: &mut Vec<Action>, pid: u32, addr: u64, page: u64, to: Tier, priority: i64) {
+    if let Some(Action::Move { pid: p, addr: a, len, to: t, priority: pr }) = out.last_mut() {
+        if *p == pid && *t == to && *a + *len == addr {
+            *len += page;
+            *pr = (*pr).max(priority);
+            return;
+        }
+    }
+    out.push(Action::Move { pid, addr, len: page, to, priority });
+}
+
 /// What a policy may ask for, and nothing else.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {

@@ -204,20 +204,8 @@ impl Memtierd {
             } else {
                 fast_used -= n;
             }
-            let mut run: Option<(u64, u64)> = None;
             for p in away {
-                match &mut run {
-                    Some((_, end)) if *end == p.addr => *end += page,
-                    _ => {
-                        if let Some((a, e)) = run.take() {
-                            out.push(Action::Move { pid: r.pid, addr: a, len: e - a, to, priority: 0 });
-                        }
-                        run = Some((p.addr, p.addr + page));
-                    }
-                }
-            }
-            if let Some((a, e)) = run {
-                out.push(Action::Move { pid: r.pid, addr: a, len: e - a, to, priority: 0 });
+                crate::push_page_move(&mut out, r.pid, p.addr, page, to, 0);
             }
         }
         out
