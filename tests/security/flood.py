@@ -4,6 +4,7 @@ everyone else (docs/security.md; crates/strata-cli/tests/security.rs runs it as 
   flood.py hold SOCK N SECS         N connections that ask for the status and never read
   flood.py hello SOCK SECS          hellos as fast as connections are taken, for SECS
   flood.py http HOST PORT N SECS    N connections to the exporter that never finish a request
+  flood.py fds SOCK N SECS          hellos each passing N descriptors (SCM_RIGHTS), for SECS
 
 Each prints one line saying what it did, then exits 0. Every loop is bounded in time."""
 import os
@@ -47,6 +48,25 @@ def hello(path, secs):
     print(f"sent {sent} hellos, {refused} connections refused", flush=True)
 
 
+def fds(path, n, secs):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    mine = [os.open("/dev/null", os.O_RDONLY) for _ in range(n)]
+    line = ('{"op":"hello","pid":%d}\n' % os.getpid()).encode()
+    end, sent, refused = time.time() + secs, 0, 0
+    while time.time() < end:
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(1)
+            s.connect(path)
+            socket.send_fds(s, [line], mine)
+            sent += 1
+            s.close()
+        except OSError:
+            refused += 1
+    print(f"sent {sent} hellos of {n} descriptors, {refused} connections refused", flush=True)
+
+
 def http(host, port, n, secs):
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -68,6 +88,8 @@ if __name__ == "__main__":
         hold(args[0], int(args[1]), float(args[2]))
     elif mode == "hello":
         hello(args[0], float(args[1]))
+    elif mode == "fds":
+        fds(args[0], int(args[1]), float(args[2]))
     elif mode == "http":
         http(args[0], int(args[1]), int(args[2]), float(args[3]))
     else:

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 mod common;
 use common::*;
+use stratad::control::MAX_HELLOS_PER_USER;
 
 /// The unprivileged user, and a folder every user may read holding what she runs.
 struct Mallory {
@@ -339,6 +340,38 @@ fn a_dripping_agent_is_dropped_and_no_one_speaks_for_another_process() {
     assert!(said.contains("\"agent\":false"), "{said}");
     assert!(alive(&mut daemon.0));
     drop((drip, hello, other));
+}
+
+/// Beyond the review's rows: hellos each passing 200 descriptors. The daemon takes one a hello (its recvmsg
+/// buffer holds one; the kernel closes the rest), and holds at most a user's connections and
+/// queued hellos, so its descriptor table stays bounded while a user floods it; what it held of
+/// hers is closed once she stops (a /dev/null is no channel).
+#[test]
+fn hellos_passing_many_descriptors_leave_the_daemons_table_bounded() {
+    let Some(m) = mallory() else { return };
+    let dir = shared_dir("sec-fds", 0o755);
+    let (mut daemon, sock) = daemon_with(&dir, "[daemon]\npolicy = \"first-touch\"\n", "100");
+    let pid = daemon.0.id();
+    let count = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let before = count();
+    let mut flood = m.python(&["fds", &sock, "200", "10"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut most = before;
+    while flood.try_wait().unwrap().is_none() {
+        most = most.max(count());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let said = flood.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(said.starts_with("sent") && !said.starts_with("sent 0 "), "{said}");
+    // 32 connections of hers and 256 hellos of hers waiting, one descriptor each, at most
+    assert!(most < before + 32 + MAX_HELLOS_PER_USER + 16, "{before} descriptors, then {most}: {said}");
+    assert!(alive(&mut daemon.0), "{said}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count() > before + 16 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(count() <= before + 16, "{before} descriptors before, {} after the flood: {said}", count());
+    eprintln!("{}; the daemon's descriptors: {before} before, {most} at most", said.trim());
 }
 
 /// Rows 5.5 and 5.6: 2,000 connections that never finish a request, against an exporter that
