@@ -118,7 +118,7 @@ $(BUILD)/emu/test_emu_scalar: emu/tests/test_emu.c libstrata/tests/check.h $(EMU
 EMU_TEST_MACHINE := l1=32K l1_ways=8 l2=256K l2_ways=8 llc=1M llc_ways=16 dtlb=64 dtlb_ways=4 \
                     stlb=2048 stlb_ways=16 capacity=1G,1G
 
-emu: $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu $(BUILD)/emu/frames rust
+emu: lib $(BUILD)/libstrata_emu.so $(BUILD)/emu/access $(BUILD)/emu/access-emu $(BUILD)/emu/frames rust
 	target/release/strata emu cargo build --release -p strata-cli
 
 emu-unit: $(BUILD)/emu/test_emu $(BUILD)/emu/test_emu_scalar $(EMU_OBJS)
