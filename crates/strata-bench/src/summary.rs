@@ -371,6 +371,12 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 header(&mut s, &r.measured, &format!("{what} (emulated, preset {})", r.report.preset), &path, dir);
                 tiering_table(&mut s, &r.report);
             }
+            b if b.starts_with("nomad-micro-") => {
+                let r: Saved<tiering::nomad::Report> = parse(&path, v)?;
+                let what = format!("Nomad's micro-benchmark (emulated, preset {})", r.report.preset);
+                header(&mut s, &r.measured, &what, &path, dir);
+                s += &r.report.markdown();
+            }
             "daemon" => {
                 let r: Saved<daemon::Report> = parse(&path, v)?;
                 header(&mut s, &r.measured, "The live daemon (native CPU; promotion in the guest)", &path, dir);

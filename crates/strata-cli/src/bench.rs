@@ -58,6 +58,18 @@ pub enum Command {
         #[command(flatten)]
         save: Save,
     },
+    /// Nomad's micro-benchmark (OSDI'24) at a scaled size on the emulated machine: a Zipf
+    /// working set below, near and above the fast tier, read or written, under no migration,
+    /// the kernel's tiering, the TPP mechanism and Nomad; each phase's MB/s beside the paper's
+    /// findings (needs `make emu`)
+    Nomad {
+        #[command(flatten)]
+        opts: tiering::nomad::Options,
+        #[command(flatten)]
+        out: Output,
+        #[command(flatten)]
+        save: Save,
+    },
     /// Run one tiering workload here and print its result as JSON (what `bench tiering` runs
     /// on the emulated machine)
     #[command(hide = true)]
@@ -169,6 +181,11 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             r.suite = Some(opts.set().into());
             saved(&save, |d| r.save(d), &out)?;
             out.print(&r, tiering::Report::table)
+        }
+        Command::Nomad { opts, out, save } => {
+            let r = tiering::nomad::bench(&opts, out.progress("nomad"))?;
+            saved(&save, |d| r.save(d), &out)?;
+            out.print(&r, tiering::nomad::Report::table)
         }
         Command::TieringWorkload { workload, size_mb, ops } => {
             crate::output::emit_json(&tiering::workloads::run(&workload, size_mb, ops)?)

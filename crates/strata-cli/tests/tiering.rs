@@ -332,3 +332,38 @@ fn hmalloc_learns_to_send_a_cold_sites_allocations_to_the_slow_tier() {
     assert_eq!(directive[7].as_deref(), Some("fast"), "the hottest site: {directive:?}");
     let _ = std::fs::remove_file(cfg);
 }
+
+/// Nomad's micro-benchmark at 16 MiB for the paper's 16 GB: the directions TPP's and Nomad's
+/// papers report. With the working set inside the fast tier, TPP ends at all-fast and Nomad's
+/// asynchronous promotion is ahead while migration is in progress; with a working set far
+/// beyond it, TPP thrashes below no migration and Nomad stays ahead of TPP. Simulated figures
+/// (a single-threaded run repeats exactly), not the host's speed.
+#[test]
+fn nomads_micro_benchmark_goes_the_papers_way() {
+    let o = strata()
+        .args(["bench", "nomad", "--json", "-q", "--fast-mb", "16", "--scenarios", "small,large"])
+        .args(["--access", "read", "--rounds", "5", "--policies", "first-touch,tpp,nomad"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let at = |scenario: &str, policy: &str| {
+        rows.iter().find(|r| r["scenario"] == scenario && r["policy"] == policy).unwrap_or_else(|| panic!("{v}"))
+    };
+    let f = |r: &Value, k: &str| r[k].as_f64().unwrap();
+    for r in rows {
+        assert_eq!(r["rounds_mb_s"].as_array().unwrap().len(), 5, "{r}");
+    }
+    for p in ["tpp", "nomad"] {
+        assert!(f(at("small", p), "stable_of_all_fast") > 0.95, "{p} ends near all-fast: {v}");
+    }
+    assert!(f(at("small", "first-touch"), "stable_of_all_fast") < 0.95, "placement matters here: {v}");
+    assert!(
+        f(at("small", "nomad"), "in_progress_of_all_fast") > f(at("small", "tpp"), "in_progress_of_all_fast"),
+        "Nomad ahead while migrating: {v}"
+    );
+    let stable = |p: &str| f(at("large", p), "stable_of_all_fast");
+    assert!(stable("tpp") < stable("first-touch"), "TPP thrashes on a large working set: {v}");
+    assert!(stable("nomad") > stable("tpp"), "Nomad ahead of TPP when thrashing: {v}");
+}

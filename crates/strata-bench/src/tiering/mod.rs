@@ -10,6 +10,7 @@
 //! period (`--period-ms`), so the two see the program equally often. Real programs
 //! ([`real`]: Debian's Redis, memcached and LIBLINEAR) run the same way, driven from here.
 pub mod field;
+pub mod nomad;
 pub mod real;
 pub mod workloads;
 
@@ -40,8 +41,9 @@ pub struct Options {
     /// redis-ycsb-c, memcached-ycsb-c, liblinear) [default: the first eight]
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Policies: first-touch (nothing moves), tpp and nomad (the emulated kernel modes: Linux's
-    /// tiering, and the same with Nomad's transactional migration and shadows), and the
+    /// Policies: first-touch (nothing moves), linux (the kernel's own tiering, rule by rule),
+    /// tpp and nomad (the mechanism alone, and the same with Nomad's transactional migration
+    /// and shadows), the field's damon, memtierd and hybridtier, and the
     /// engine's: ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first (with
     /// --preset dram-first), strata; an engine policy followed by /transactional
     /// (ambix/transactional) moves pages as libstrata's agent does, transactionally
@@ -420,9 +422,44 @@ struct Matrix<'a> {
     /// libstrata.so, preloaded into every run (--allocator strata)
     preload: Option<PathBuf>,
     progress: Progress,
+    /// the engine's round and tpp's scan period, ms
+    period_ms: f64,
 }
 
-impl Matrix<'_> {
+impl<'a> Matrix<'a> {
+    /// The machine, the engine's files and the pool of `a`'s runs, checked.
+    fn new(a: &'a Options, setups: &[Setup], progress: Progress) -> Result<Matrix<'a>, Error> {
+        ensure(a.time_scale > 0.0 && a.time_scale.is_finite(), || "--time-scale must be positive".into())?;
+        let period_ms = a.period_ms.unwrap_or(1000.0 * a.time_scale);
+        ensure(period_ms > 0.0, || "--period-ms must be positive".into())?;
+        ensure(a.size_mb > 0, || "--size-mb must be positive".into())?;
+        let mut machine = Machine::preset(&a.preset, progress.quiet())?;
+        machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(period_ms));
+        machine.set("time_scale", &a.time_scale.to_string());
+        a.machine.apply(&mut machine)?;
+        ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
+        let preload = match a.allocator.as_str() {
+            "strata" => Some(
+                strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")
+                    .map_err(|e| Error::Invalid(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        let cfg = engine_config(
+            a.policy_config.as_deref(),
+            period_ms,
+            a.time_scale,
+            a.sample_period,
+            a.split_mb,
+            a.size_mb as f64,
+        )?;
+        let engine = EngineFiles::write(cfg, setups)?;
+        let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        ensure(jobs > 0, || "--jobs must be positive".into())?;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().map_err(|e| failed(e.to_string()))?;
+        Ok(Matrix { pool, opts: a, exe: toolchain::emu_strata()?, machine, engine, preload, progress, period_ms })
+    }
+
     fn run(&self, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<Ran, Error> {
         let (m, mut env) = setup.prepare(&self.machine, fast_bytes, &self.engine)?;
         if let Some(lib) = &self.preload {
@@ -557,39 +594,12 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         }
     }
     let setups = setups(&a.policies)?;
-    ensure(a.time_scale > 0.0 && a.time_scale.is_finite(), || "--time-scale must be positive".into())?;
-    let period_ms = a.period_ms.unwrap_or(1000.0 * a.time_scale);
-    ensure(period_ms > 0.0, || "--period-ms must be positive".into())?;
-    ensure(a.size_mb > 0, || "--size-mb must be positive".into())?;
     let ratios: Vec<f64> =
         if a.machine.fast_ratio.is_empty() { DEFAULT_FAST_RATIOS.to_vec() } else { a.machine.fast_ratio.clone() };
     ensure(ratios.iter().all(|r| *r < 1.0), || "--fast-ratio: below 1 (all-fast is one of the bounds)".into())?;
-    let mut machine = Machine::preset(&a.preset, progress.quiet())?;
-    machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(period_ms));
-    machine.set("time_scale", &a.time_scale.to_string());
-    a.machine.apply(&mut machine)?;
-    ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
-    let preload = match a.allocator.as_str() {
-        "strata" => Some(
-            strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")
-                .map_err(|e| Error::Invalid(e.to_string()))?,
-        ),
-        _ => None,
-    };
-    let cfg = engine_config(
-        a.policy_config.as_deref(),
-        period_ms,
-        a.time_scale,
-        a.sample_period,
-        a.split_mb,
-        a.size_mb as f64,
-    )?;
-    let engine = EngineFiles::write(cfg, &setups)?;
-    let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    ensure(jobs > 0, || "--jobs must be positive".into())?;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().map_err(|e| failed(e.to_string()))?;
-    let mx =
-        Matrix { pool, opts: a, exe: toolchain::emu_strata()?, machine: machine.clone(), engine, preload, progress };
+    let mx = Matrix::new(a, &setups, progress)?;
+    let period_ms = mx.period_ms;
+    let machine = mx.machine.clone();
     let result = (|| -> Result<Vec<Row>, Error> {
         let mut rows = Vec::new();
         for w in &workloads {

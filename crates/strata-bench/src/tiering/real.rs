@@ -173,6 +173,7 @@ fn server(
             allocated_bytes: records * wl.record_bytes() as u64,
             checksum: loaded,
             sites: Vec::new(),
+            rounds: Vec::new(),
         },
         run,
     ))
@@ -271,6 +272,7 @@ fn liblinear(
             allocated_bytes: nonzeros * 16,
             checksum: written,
             sites: Vec::new(),
+            rounds: Vec::new(),
         },
         run,
     ))

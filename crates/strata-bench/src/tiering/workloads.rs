@@ -42,6 +42,9 @@ pub struct Outcome {
     /// context report's return addresses can be matched to the sites)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<u64>,
+    /// a workload timed in rounds (Nomad's micro-benchmark): each round's figure, in order
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<f64>,
 }
 
 /// A deterministic generator (splitmix64).
@@ -88,6 +91,7 @@ pub(crate) fn timed(workload: &str, ops: u64, allocated_bytes: u64, f: impl FnOn
         allocated_bytes,
         checksum,
         sites: Vec::new(),
+        rounds: Vec::new(),
     }
 }
 
@@ -185,6 +189,7 @@ fn ycsb(size_mb: u64, ops: u64, letter: &str) -> Result<Outcome, Error> {
         allocated_bytes: records * wl.record_bytes() as u64,
         checksum: store.len() as u64,
         sites: Vec::new(),
+        rounds: Vec::new(),
     })
 }
 
@@ -348,9 +353,9 @@ pub fn run(workload: &str, size_mb: u64, ops: u64) -> Result<Outcome, Error> {
         "ycsb-a" => ycsb(size_mb, ops, "a")?,
         "pagerank" => pagerank(size_mb, ops),
         "multi-site" => multi_site(size_mb, ops)?,
-        w => super::field::run(w, size_mb, ops).ok_or_else(|| {
+        w => super::field::run(w, size_mb, ops).or_else(|| super::nomad::run(w, size_mb, ops)).ok_or_else(|| {
             Error::Invalid(format!(
-                "unknown workload '{w}' (known: {}, {})",
+                "unknown workload '{w}' (known: {}, {}, nomad-SCENARIO-ACCESS)",
                 WORKLOADS.join(", "),
                 super::field::FIELD.join(", ")
             ))
