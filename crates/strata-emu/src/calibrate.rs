@@ -1,7 +1,8 @@
 //! `strata emu calibrate`: measure this machine for the `host` preset. Pointer chases (one
 //! random cycle through 64-byte lines) give the load-to-use latency of each cache level and of
 //! memory; the same chase with 4 KiB pages instead of 2 MiB ones gives the page-walk cost (the
-//! two alternate over five rounds, medians taken); a
+//! two alternate over nine rounds, the median difference taken); every other chase's figure is
+//! the fastest of its rounds; a
 //! streaming read gives one thread's bandwidth, and with the memory latency the
 //! memory-level parallelism of a stream (mlp = latency / line transfer time); every CPU
 //! streaming at once gives the memory's bandwidth, the capacity the emulator's queueing divides
@@ -258,8 +259,17 @@ fn hops(base: *const usize, mut p: usize, n: u64) -> usize {
     std::hint::black_box(p)
 }
 
+/// The fastest of `ROUNDS` measurements: another tenant only ever slows one down.
+fn fastest(mut f: impl FnMut() -> f64) -> f64 {
+    (0..ROUNDS).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+/// Rounds of each chase whose fastest is taken.
+const ROUNDS: usize = 3;
+
 fn chase(bytes: usize, huge: bool, hops: u64) -> Result<f64, Error> {
-    Ok(Chase::new(bytes, huge)?.ns_per_hop(hops))
+    let mut c = Chase::new(bytes, huge)?;
+    Ok(fastest(|| c.ns_per_hop(hops / ROUNDS as u64)))
 }
 
 /// ns per hop of a chase through `buf` (4 KiB pages) at a constant `stride`: the lines at
@@ -291,20 +301,21 @@ fn stride_chase(buf: &Buffer, bytes: usize, stride: usize, n: u64) -> f64 {
 }
 
 /// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the
-/// two chases alternate, and the medians of `rounds` rounds are taken, so that a slow moment of
-/// a shared machine does not land on one of them only (single measurements of the walk varied
-/// between 0 and 75 ns here).
+/// two chases alternate for `rounds` rounds. The latency is the fastest huge-page round's
+/// (another tenant only ever slows a chase down); the walk, a small difference of two large
+/// figures, is the median of the rounds' differences, each taken from two chases run back to
+/// back under the same load (single differences varied between 0 and 75 ns on a shared host).
 fn memory_and_walk(bytes: usize, rounds: usize, hops: u64) -> Result<(f64, f64), Error> {
     let mut huge = Chase::new(bytes, true)?;
     let mut small = Chase::new(bytes, false)?;
-    let (mut mem, mut walk) = (Vec::new(), Vec::new());
+    let (mut mem, mut walk) = (f64::INFINITY, Vec::new());
     for _ in 0..rounds {
         let h = huge.ns_per_hop(hops);
         let s = small.ns_per_hop(hops);
-        mem.push(h);
+        mem = mem.min(h);
         walk.push(s - h);
     }
-    Ok((median(mem), median(walk).max(0.0)))
+    Ok((mem, median(walk).max(0.0)))
 }
 
 /// Each thread's share of `total` bytes: whole 2 MiB pages, at least one, so that a machine
@@ -406,7 +417,7 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let llc_ns = chase((2 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
     let big = (4 * llc.bytes as usize).max(256 << 20);
     say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
-    let (memory_ns, walk_ns) = memory_and_walk(big, 5, 400_000)?;
+    let (memory_ns, walk_ns) = memory_and_walk(big, 9, 400_000)?;
     say("streaming read, one thread");
     let stream_mbps = stream(big, 1)?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -422,13 +433,13 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let strides: Vec<StrideChase> = STRIDES
         .iter()
         .map(|&stride| {
-            let ns_per_hop = stride_chase(&buf, big, stride as usize, 400_000);
+            let ns_per_hop = fastest(|| stride_chase(&buf, big, stride as usize, 400_000));
             StrideChase { stride, ns_per_hop, followed: ns_per_hop < FOLLOWED * random_ns }
         })
         .collect();
     drop(buf);
     let huge = Buffer::new(big, true)?;
-    let near_stride_huge_ns = stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000);
+    let near_stride_huge_ns = fastest(|| stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000));
     drop(huge);
     let near_small = strides.iter().find(|c| c.stride == NEAR_STRIDE).map_or(random_ns, |c| c.ns_per_hop);
     let (stride_bytes, stride_pages) = stride_reach(&strides);
