@@ -7,6 +7,10 @@
 #   make vm-test    end-to-end tests in a two-tier QEMU guest (strata vm run)
 #   make emu        the emulated machine: libstrata_emu.so, its workloads, and the strata
 #                   binary built for it (target/emu); make emu-test runs its tests
+#   make install    after `make`: the CLI, libraries, headers, pkg-config file, man pages,
+#                   completions, example configuration and systemd unit under PREFIX
+#                   (/usr/local) and SYSCONFDIR (/etc), staged under DESTDIR if set
+#   make deb        a Debian package of the same (build/strata_VERSION_ARCH.deb)
 
 # rustup installs cargo here; CI's environment may not have it on PATH
 export PATH := $(HOME)/.cargo/bin:$(PATH)
@@ -20,7 +24,7 @@ SO_SRC  := $(LIB_SRC) $(wildcard libstrata/preload/*.c)   # interposition: the s
 HDRS    := include/strata.h include/strata_channel.h libstrata/internal.h libstrata/util/json.h libstrata/util/uapi.h
 C_TESTS := test_api test_stress test_invariants test_migrate test_sample test_rules
 
-.PHONY: all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
+.PHONY: install uninstall deb all lib rust run test lint c-test rust-test vm-bins vm-test vm-test-damon ycsb-binding-test bootstrap clean emu emu-unit emu-test FORCE
 
 all: lib rust
 
@@ -221,6 +225,59 @@ lint:
 
 test: bootstrap lint lib c-test emu-unit rust-test ycsb-binding-test vm-test
 	@echo "all tests passed"
+
+# --- install: paths a tool of its kind uses; the CLI finds its libraries in PREFIX/lib beside
+# PREFIX/bin, its headers in PREFIX/include (docs/install.md)
+PREFIX     ?= /usr/local
+SYSCONFDIR ?= /etc
+DESTDIR    ?=
+STRIP_FLAG ?=
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+DEB_ARCH   := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+INSTALLED_LIBS := $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so target/release/libstratad.so
+I := $(DESTDIR)$(PREFIX)
+
+install: $(BUILD)/libstrata.a $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so
+	@test -x target/release/strata -a -f target/release/libstratad.so || { echo "run make first (target/release/strata)"; exit 1; }
+	install -d $(I)/bin $(I)/lib/pkgconfig $(I)/include $(I)/share/man/man1 $(I)/share/strata/examples \
+	  $(I)/share/doc/strata $(I)/share/bash-completion/completions $(I)/share/zsh/vendor-completions \
+	  $(I)/share/fish/vendor_completions.d $(I)/lib/systemd/system $(DESTDIR)$(SYSCONFDIR)/strata
+	install -m 755 $(STRIP_FLAG) target/release/strata $(I)/bin/strata
+	install -m 755 $(STRIP_FLAG) $(INSTALLED_LIBS) $(I)/lib/
+	install -m 644 $(BUILD)/libstrata.a $(I)/lib/
+	install -m 644 include/strata.h include/strata_channel.h include/strata_emu.h $(I)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' packaging/strata.pc.in > $(I)/lib/pkgconfig/strata.pc
+	target/release/strata manpages $(I)/share/man/man1
+	target/release/strata completions bash > $(I)/share/bash-completion/completions/strata
+	target/release/strata completions zsh > $(I)/share/zsh/vendor-completions/_strata
+	target/release/strata completions fish > $(I)/share/fish/vendor_completions.d/strata.fish
+	install -m 644 examples/strata.toml examples/rules.txt $(I)/share/strata/examples/
+	install -m 644 README.md LICENSE-MIT LICENSE-APACHE docs/*.md $(I)/share/doc/strata/
+	sed -e 's|/usr/local/bin/strata|$(PREFIX)/bin/strata|' -e 's|/etc/strata/|$(SYSCONFDIR)/strata/|g' \
+	  -e 's|/usr/share/doc/strata/|$(PREFIX)/share/doc/strata/|' \
+	  -e 's|^# Install: cp examples/strata-daemon.service .*|# Installed by make install (or the package): systemctl daemon-reload|' \
+	  examples/strata-daemon.service > $(I)/lib/systemd/system/strata-daemon.service
+	# the daemon's configuration: the example, unless one is there already
+	test -e $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml || install -m 644 examples/strata.toml $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml
+
+uninstall:
+	rm -f $(I)/bin/strata $(I)/lib/libstrata.so $(I)/lib/libstrata.a $(I)/lib/libstrata_emu.so $(I)/lib/libstratad.so \
+	  $(I)/include/strata.h $(I)/include/strata_channel.h $(I)/include/strata_emu.h $(I)/lib/pkgconfig/strata.pc \
+	  $(I)/share/man/man1/strata.1 $(I)/share/man/man1/strata-*.1 $(I)/share/bash-completion/completions/strata \
+	  $(I)/share/zsh/vendor-completions/_strata $(I)/share/fish/vendor_completions.d/strata.fish \
+	  $(I)/lib/systemd/system/strata-daemon.service
+	rm -rf $(I)/share/strata $(I)/share/doc/strata
+	@echo "kept $(SYSCONFDIR)/strata/strata.toml (yours to remove)"
+
+# a Debian package: `make deb`, then `apt install ./build/strata_VERSION_ARCH.deb`
+deb: lib $(BUILD)/libstrata_emu.so rust
+	rm -rf $(BUILD)/deb
+	$(MAKE) install DESTDIR=$(CURDIR)/$(BUILD)/deb PREFIX=/usr SYSCONFDIR=/etc STRIP_FLAG=-s
+	install -d $(BUILD)/deb/DEBIAN
+	sed -e 's|@VERSION@|$(VERSION)|' -e 's|@ARCH@|$(DEB_ARCH)|' -e "s|@SIZE@|$$(du -sk $(BUILD)/deb | cut -f1)|" \
+	  packaging/control.in > $(BUILD)/deb/DEBIAN/control
+	echo /etc/strata/strata.toml > $(BUILD)/deb/DEBIAN/conffiles
+	dpkg-deb --root-owner-group --build $(BUILD)/deb $(BUILD)/strata_$(VERSION)_$(DEB_ARCH).deb
 
 clean:
 	rm -rf $(BUILD) target

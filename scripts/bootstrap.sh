@@ -38,6 +38,8 @@ have clang-14 || need_pkgs+=(clang-14)
 have dpkg-source || need_pkgs+=(dpkg-dev)
 [ -e /usr/include/event2/event.h ] || need_pkgs+=(libevent-dev)
 [ -e /usr/lib/x86_64-linux-gnu/libblas.so.3 ] || need_pkgs+=(libblas3)
+# make install's and make deb's tests: pkg-config reads the installed strata.pc
+have pkg-config || need_pkgs+=(pkg-config)
 # the real YCSB client: Java and Maven (site.ycsb:core comes from Maven Central)
 have java || need_pkgs+=(default-jdk-headless)
 have mvn || need_pkgs+=(maven)

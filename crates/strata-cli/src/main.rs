@@ -15,7 +15,7 @@ mod stats;
 mod topo;
 mod vm;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 error, 2 usage error.
@@ -79,6 +79,15 @@ enum Command {
     Attach(attach::Args),
     /// Tiers, processes under Strata (bytes per tier), top contexts and objects, the daemon's moves
     Stats(stats::Args),
+    /// Print a completion script for a shell (`make install` puts them where shells look):
+    /// `strata completions bash > /etc/bash_completion.d/strata`
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write a man page for strata and each of its commands into DIR (what `make install` runs)
+    #[command(hide = true)]
+    Manpages { dir: std::path::PathBuf },
 }
 
 fn main() {
@@ -93,6 +102,16 @@ fn main() {
         Command::Daemon(a) => daemon::run(a, cli.config.as_deref()).map(|()| 0),
         Command::Attach(a) => attach::run(a).map(|()| 0),
         Command::Stats(a) => stats::run(a).map(|()| 0),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "strata", &mut script);
+            output::emit(&String::from_utf8_lossy(&script)).map(|()| 0)
+        }
+        Command::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).map_err(anyhow::Error::from)?;
+            clap_mangen::generate_to(Cli::command(), &dir)?;
+            Ok(0)
+        }
     });
     match result {
         Ok(code) => std::process::exit(code),

@@ -46,7 +46,12 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The public C headers (include/).
+/// The public C headers: PREFIX/include beside an installed binary (PREFIX/bin), else the
+/// repository's include/.
 pub fn paths_include() -> PathBuf {
-    repo_root().join("include")
+    let installed = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("../include")));
+    match installed {
+        Some(dir) if dir.join("strata.h").exists() => std::fs::canonicalize(&dir).unwrap_or(dir),
+        _ => repo_root().join("include"),
+    }
 }
