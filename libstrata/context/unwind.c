@@ -12,13 +12,71 @@
  * ends the walk there. x86-64 only; elsewhere the walk is the caller's return address. */
 #include "internal.h"
 
+#include <link.h>
 #include <string.h>
+
+/* Where code lives, as (module, offset): the load address of a program or library changes
+ * from run to run (ASLR), a return address's offset in its module and the module's file name do
+ * not, so the same binaries give the same context ids in every run and on every machine, and an
+ * `id=` rule copied from a report matches the next run. Each thread keeps the modules of the
+ * code pages it met; a page it has not met is looked up in the loader's list (dl_iterate_phdr,
+ * which neither allocates nor calls back into malloc). An address outside every module (code
+ * generated at run time, or a word past the outermost frame, such as the stack address a walk
+ * finds above _start) counts as nothing: it would differ from run to run. */
+typedef struct {
+  uintptr_t page; /* 0: empty */
+  uintptr_t base;
+  uint64_t name;
+} module_slot_t;
+#define MODULE_SLOTS 64
+static __thread module_slot_t module_slots[MODULE_SLOTS] __attribute__((tls_model("initial-exec")));
+
+typedef struct {
+  uintptr_t addr, base;
+  uint64_t name;
+} module_find_t;
+
+static uint64_t name_hash(const char *path) {
+  const char *base = path;
+  for (const char *p = path; *p; p++)
+    if (*p == '/') base = p + 1;
+  uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a of the file name: the same in /lib and /usr/lib */
+  for (const char *p = base; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001B3ull;
+  return h;
+}
+
+static int module_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  module_find_t *f = arg;
+  (void)size;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && f->addr >= start && f->addr - start < ph->p_memsz) {
+      f->base = info->dlpi_addr;
+      f->name = name_hash(info->dlpi_name ? info->dlpi_name : ""); /* the program itself: "" */
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* addr as an offset in its module, mixed with the module's name. */
+static uint64_t code_place(uint64_t addr) {
+  uintptr_t page = (uintptr_t)addr >> 12;
+  module_slot_t *s = &module_slots[(page * 0x9E3779B97F4A7C15ull) >> 58];
+  if (s->page != page) {
+    module_find_t f = {(uintptr_t)addr, 0, 0};
+    bool found = dl_iterate_phdr(module_cb, &f) == 1;
+    *s = (module_slot_t){page, found ? f.base : 0, found ? f.name : 0};
+  }
+  return s->name ? (addr - s->base) ^ s->name : 0;
+}
 
 /* One hash of a stack, whichever walker took it (a context id mixes in the size class). */
 uint64_t _strata_hash_frames(const uint64_t *f, int n) {
   uint64_t h = 0x9E3779B97F4A7C15ull;
   for (int i = 0; i < n; i++) {
-    h ^= f[i];
+    h ^= code_place(f[i]);
     h *= 0xBF58476D1CE4E5B9ull;
     h ^= h >> 31;
   }

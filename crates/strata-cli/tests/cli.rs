@@ -203,6 +203,63 @@ fn run_with_rules_and_report() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A context's id is its stack as (module, offset) pairs, so it is the same in the next run of
+/// the same binaries (ASLR moves every module) and an `id=` rule copied from a report matches.
+#[test]
+fn context_ids_are_the_same_in_the_next_run_and_an_id_rule_matches() {
+    let bin = repo("build/preload/two_sites");
+    assert!(std::path::Path::new(&bin).exists(), "run `make c-test` first (builds {bin})");
+    let lib = repo("build/libstrata.so");
+    let dir = std::env::temp_dir().join(format!("strata-run-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let contexts = |rules: Option<&str>, n: usize| -> Vec<Value> {
+        // with rules, the program checks that its slow site's objects are in the slowest tier
+        let file = dir.join(format!("report{n}.json")).to_str().unwrap().to_string();
+        let mut args = vec!["run", "--lib", &lib, "--json"];
+        let report = format!("--report={file}");
+        args.push(&report);
+        if let Some(r) = rules {
+            args.extend(["--rules", r]);
+        }
+        args.extend(["--", &bin]);
+        if rules.is_some() {
+            args.push("--with-rules");
+        }
+        let (code, _, err) = strata(&args);
+        assert_eq!(code, 0, "{err}");
+        let out = std::fs::read_to_string(&file).unwrap();
+        let v: Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+        v["processes"][0]["contexts"].as_array().unwrap().clone()
+    };
+    let site = |cs: &[Value], f: &str| -> Vec<String> {
+        let mut ids: Vec<String> = cs
+            .iter()
+            .filter(|c| {
+                c["stack"].as_array().unwrap().iter().any(|s| s["symbol"].as_str().is_some_and(|x| x.starts_with(f)))
+            })
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let (a, b) = (contexts(None, 1), contexts(None, 2));
+    let fast = site(&a, "alloc_fast_site");
+    assert!(!fast.is_empty(), "the fast site's contexts are reported");
+    assert_eq!(fast, site(&b, "alloc_fast_site"), "the same ids in the next run");
+    assert_eq!(site(&a, "alloc_slow_site"), site(&b, "alloc_slow_site"));
+    // the slow site's ids from the first run, as rules: the third run places by them
+    let slow = site(&a, "alloc_slow_site");
+    let rules = dir.join("ids.rules");
+    std::fs::write(&rules, slow.iter().map(|id| format!("slow id=0x{id}\n")).collect::<String>()).unwrap();
+    let c = contexts(Some(rules.to_str().unwrap()), 3);
+    for id in &slow {
+        let hit: Vec<&Value> = c.iter().filter(|x| x["id"].as_str() == Some(id)).collect();
+        assert_eq!(hit.len(), 1, "{id} in {c:?}");
+        assert_eq!(hit[0]["directive"].as_str(), Some("slow"), "{id}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// The first-use review's item 1: `strata run --report -- gzip -c big > big.gz` appended the
 /// report to the archive. The program's output is its own; the report goes to a file (a default
 /// name with the command and pid, said on stderr) or to a descriptor the user names.
