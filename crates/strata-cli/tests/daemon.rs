@@ -44,6 +44,16 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
         strata(&["daemon", "--policy", "ambix", "--rounds", "1", "--period-ms", "10", "-q", "--socket", &sock]);
     if scans {
         assert_eq!(code, 0, "{err}");
+        // at start, one paragraph of what it can do here: tiers, trackers, mover
+        let said =
+            err.lines().find(|l| l.starts_with("strata daemon: policy ambix")).unwrap_or_else(|| panic!("{err}"));
+        assert!(said.contains("Tiers: tier 0") && said.contains("Trackers, the first a process allows:"), "{said}");
+        assert!(said.contains("Mover: move_pages"), "{said}");
+        let nodes = std::fs::read_dir("/sys/devices/system/node")
+            .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("node")).count())
+            .unwrap_or(1);
+        let one_tier = said.contains("With one tier there is nowhere to move pages");
+        assert!(nodes > 1 || one_tier, "one node, so one tier: {said}");
     } else {
         assert_eq!(code, 1);
         assert!(err.contains("needs page scans") && err.contains("--probe"), "{err}");

@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Mechanism;
 use crate::control::{Command, Inbox, Request, Server};
 use crate::linux::Linux;
+use crate::machine::Machine;
 use crate::status::{DaemonProcess, DaemonStatus};
 use crate::{Config, Engine, Error, ProcessObs, Stats};
 
@@ -305,6 +307,50 @@ fn raise_open_files() {
 /// Run until `stop` is set or `options.rounds` rounds have run; `reload` set (by SIGHUP) reads
 /// the configuration again. `each` sees the status after every round. Returns the final
 /// statistics.
+/// What this daemon can do here, said once at start: the tiers it found, the trackers it tries
+/// (in order, the first a process allows) and what each sees, the mover; on a machine with one
+/// tier, that it will watch and report but move nothing.
+fn what_it_can_do(machine: &mut Linux, cfg: &Config, policy: &str) -> String {
+    let tiers = machine.tiers();
+    let nodes = machine.nodes();
+    let mut s = format!("strata daemon: policy {policy}, a round every {} ms. ", cfg.scanner.period_ms);
+    let each: Vec<String> = tiers
+        .iter()
+        .map(|t| {
+            let on: Vec<String> =
+                nodes.iter().filter(|n| n.tier == t.tier).map(|n| format!("node {}", n.node)).collect();
+            format!("tier {} ({}, {})", t.tier, on.join(" and "), strata_util::size::format(t.capacity_bytes))
+        })
+        .collect();
+    s += &format!("Tiers: {}. ", each.join(", "));
+    if tiers.len() < 2 {
+        s +=
+            "With one tier there is nowhere to move pages: it will watch and report (strata stats), and move nothing. ";
+    }
+    let probed = crate::probe::probe();
+    let trackers: Vec<String> = cfg
+        .trackers()
+        .iter()
+        .map(|t| match probed.iter().find(|p| p.name == t.name()) {
+            Some(p) if p.available => format!("{} (sees {})", p.name, p.sees),
+            Some(p) => format!("{} (not here: {})", p.name, p.reason),
+            None => t.name().to_string(),
+        })
+        .collect();
+    s += &format!("Trackers, the first a process allows: {}. ", trackers.join("; "));
+    let mechanism = match cfg.mover.mechanism {
+        Mechanism::MovePages => "move_pages",
+        Mechanism::Transactional => "transactional",
+    };
+    let mover = crate::probe::movers().into_iter().find(|m| m.name == mechanism);
+    s += &match mover {
+        Some(m) if m.available => format!("Mover: {} ({}), at most {} MB/s.", m.name, m.how, cfg.mover.rate_mbps),
+        Some(m) => format!("Mover: {} is not available here ({}); move_pages instead.", m.name, m.reason),
+        None => format!("Mover: {mechanism}."),
+    };
+    s
+}
+
 pub fn run(
     options: Options,
     stop: &AtomicBool,
@@ -315,6 +361,7 @@ pub fn run(
     raise_open_files();
     let mut machine = Linux::new();
     machine.say_refusals();
+    let said_what_it_can = what_it_can_do(&mut machine, &cfg, &policy);
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
     machine.set_reserve(cfg.reserve());
     machine.set_mover(cfg.mover.clone());
@@ -346,6 +393,7 @@ pub fn run(
         shared,
         wants_agents,
     };
+    eprintln!("{said_what_it_can}");
     restore_attachments(&d.attached_file, &mut d.machine);
     let mut done = 0u64;
     while !stop.load(Ordering::Relaxed) && d.options.rounds.is_none_or(|r| done < r) {
