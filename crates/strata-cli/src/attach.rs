@@ -39,6 +39,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.json {
         return Ok(());
     }
+    if let Some(note) = &reply.note {
+        eprintln!("strata attach: {note}");
+    }
     emit(&match (a.detach, a.priority) {
         (true, _) => format!("process {} detached\n", a.pid),
         (false, Some(p)) => format!("process {} attached, priority {p}\n", a.pid),

@@ -236,6 +236,28 @@ fn any_process_can_be_attached_with_a_priority_and_detached_and_bad_requests_say
     let _ = sleeper.wait();
 }
 
+/// A process no tracker of the configuration can see is attached, and `attach` says so and why:
+/// pagemap-scan alone needs the process's own userfaultfd, which a process not under Strata
+/// does not offer.
+#[test]
+fn attach_says_when_no_tracker_can_see_the_process() {
+    let dir = Dir::new("daemon-unseen");
+    let sock = dir.path("sock");
+    let cfg = dir.path("strata.toml");
+    std::fs::write(&cfg, "[daemon]\npolicy = \"first-touch\"\ntrackers = [\"pagemap-scan\"]\n").unwrap();
+    let daemon = Daemon::start(&["--config", &cfg, "daemon", "--period-ms", "20", "--socket", &sock]);
+    stats_until(&sock, |v| !v["daemon"].is_null());
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let (code, out, err) = strata(&["attach", &pid, "--socket", &sock]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("attached"), "{out}");
+    assert!(err.contains(&format!("no tracker can see process {pid}")) && err.contains("pagemap-scan: "), "{err}");
+    drop(daemon);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
 #[test]
 fn a_bad_configuration_is_refused_with_its_key_and_line_at_start_and_on_reload() {
     let dir = Dir::new("daemon-config");

@@ -6,7 +6,8 @@
 //! {"op":"hello","pid":1234,"agent":true}     ... and offers an agent -> {"agent":true|false};
 //!                                            kept, the connection carries the agent's requests
 //! {"op":"status"}                            -> {"ok":true,"status":{...}}
-//! {"op":"attach","pid":1234,"priority":10}   -> {"ok":true} or {"ok":false,"error":"..."}
+//! {"op":"attach","pid":1234,"priority":10}   -> {"ok":true} (with "note":"..." when no tracker
+//!                                                can see the process) or {"ok":false,"error":"..."}
 //! {"op":"detach","pid":1234}
 //! {"op":"reload"}                            re-read the configuration, as SIGHUP does
 //! ```
@@ -93,14 +94,20 @@ pub struct Reply {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// done, but the client should know something (an attached process no tracker can see)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Box<DaemonStatus>>,
 }
 
+/// A privileged request's outcome: done (with a note for the client, or none), or refused.
+pub type Outcome = Result<Option<String>, String>;
+
 impl Reply {
-    fn done(r: Result<(), String>) -> Reply {
+    fn done(r: Outcome) -> Reply {
         match r {
-            Ok(()) => Reply { ok: true, ..Reply::default() },
+            Ok(note) => Reply { ok: true, note, ..Reply::default() },
             Err(e) => Reply { ok: false, error: Some(e), ..Reply::default() },
         }
     }
@@ -110,7 +117,7 @@ impl Reply {
 /// once its deadline has passed, never both.
 pub struct Ticket {
     state: Arc<AtomicU8>,
-    reply: Sender<Result<(), String>>,
+    reply: Sender<Outcome>,
 }
 
 const PENDING: u8 = 0;
@@ -123,7 +130,7 @@ impl Ticket {
         self.state.compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
-    pub fn answer(self, r: Result<(), String>) {
+    pub fn answer(self, r: Outcome) {
         let _ = self.reply.send(r);
     }
 }
@@ -503,8 +510,8 @@ fn serve(stream: UnixStream, uid: u32, privileged: bool, shared: &Shared) {
 
 /// Hand a privileged request to the daemon's loop and wait for its outcome; withdrawn, and
 /// said so, if the loop has not taken it up within `ASK_DEADLINE`.
-fn ask(inbox: &Inbox, request: Request) -> Result<(), String> {
-    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+fn ask(inbox: &Inbox, request: Request) -> Outcome {
+    let (tx, rx) = mpsc::channel::<Outcome>();
     let state = Arc::new(AtomicU8::new(PENDING));
     inbox.ask(Command::Ask { request, ticket: Ticket { state: Arc::clone(&state), reply: tx } });
     match rx.recv_timeout(ASK_DEADLINE) {
@@ -572,7 +579,7 @@ mod tests {
         let loop_ = std::thread::spawn(move || match inbox.next(Duration::from_secs(30)) {
             Some(Command::Ask { request: Request::Attach { pid, priority }, ticket }) => {
                 assert!(ticket.take());
-                ticket.answer(if pid == 1 { Ok(()) } else { Err(format!("no process {pid}")) });
+                ticket.answer(if pid == 1 { Ok(None) } else { Err(format!("no process {pid}")) });
                 assert_eq!(priority, Some(10));
             }
             _ => panic!("expected an attach"),

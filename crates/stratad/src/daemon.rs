@@ -277,9 +277,11 @@ impl Daemon {
             return; // withdrawn at its deadline: the client was told it was not applied
         }
         let r = match request {
-            Request::Attach { pid, priority } => self.machine.attach(pid, priority),
-            Request::Detach { pid } => self.machine.detach(pid),
-            Request::Reload => self.reload(),
+            Request::Attach { pid, priority } => {
+                self.machine.attach(pid, priority).map(|()| self.machine.unseen_because(pid))
+            }
+            Request::Detach { pid } => self.machine.detach(pid).map(|()| None),
+            Request::Reload => self.reload().map(|()| None),
             Request::Hello { .. } | Request::Status {} => Err("answered by the server".into()),
         };
         if r.is_ok() {

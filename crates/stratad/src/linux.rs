@@ -624,6 +624,37 @@ impl Linux {
         self.trackers.iter().copied().find(usable).unwrap_or(Tracker::None)
     }
 
+    /// Why no tracker of the configuration can ever see process `pid`'s accesses, if none can
+    /// (said to `strata attach`): the daemon would hold it and move nothing of it.
+    pub fn unseen_because(&self, pid: u32) -> Option<String> {
+        let p = self.procs.get(&pid)?;
+        let wp = p.channel.as_ref().is_some_and(|c| c.wp_async());
+        let mut why = Vec::new();
+        for t in &self.trackers {
+            let (can, because) = match t {
+                Tracker::DamonVaddr => {
+                    (self.damon.is_some(), "DAMON for processes is not in this kernel or not set up")
+                }
+                Tracker::PagemapScan | Tracker::HintFault if !self.pagemap_scan => {
+                    (false, "PAGEMAP_SCAN needs Linux 6.7")
+                }
+                Tracker::PagemapScan | Tracker::HintFault => {
+                    (wp, "it needs the process's own userfaultfd, which only a process under Strata offers")
+                }
+                Tracker::SoftDirty => (self.soft_dirty, "this kernel has no soft-dirty bits"),
+                Tracker::None => (false, ""),
+            };
+            if can {
+                return None;
+            }
+            why.push(format!("{}: {because}", t.name()));
+        }
+        Some(format!(
+            "no tracker can see process {pid}, so nothing of it will move ({}); strata daemon --probe says more",
+            why.join("; ")
+        ))
+    }
+
     /// At the start of a pass: DAMON monitors the first processes (by pid) up to its limit,
     /// and what it saw of them is read.
     fn damon_pass(&mut self) {
