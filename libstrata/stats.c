@@ -56,12 +56,16 @@ int64_t strata_stat(const char *name) {
   return -1;
 }
 
+/* STRATA_VERBOSE=1: the options when the library loads, the statistics when the process
+ * exits, both on stderr. Not in a build for a tool (STRATA_QUIET_LOAD: strata-sys's quiet-load
+ * feature, which the strata CLI uses), whose own allocator would say it all a second time
+ * beside the program it runs. */
+#ifndef STRATA_QUIET_LOAD
 static void print_at_exit(void) { strata_stats_print(0, NULL, NULL); }
 
-/* STRATA_VERBOSE=1: the options when the library loads, the statistics when the process
- * exits, both on stderr. */
 __attribute__((constructor)) static void verbose_init(void) {
   if (!_strata_option(OPT_VERBOSE)) return;
   strata_options_print(NULL, NULL);
   atexit(print_at_exit);
 }
+#endif

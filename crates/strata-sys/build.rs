@@ -35,6 +35,9 @@ fn main() {
         .flag("-pthread")
         .flag_if_supported("-Wno-unused-parameter")
         .opt_level(2);
+    if std::env::var_os("CARGO_FEATURE_QUIET_LOAD").is_some() {
+        build.define("STRATA_QUIET_LOAD", None);
+    }
     for f in &files {
         build.file(f);
         println!("cargo:rerun-if-changed={}", f.display());
