@@ -32,19 +32,26 @@ def hold(path, n, secs):
     time.sleep(secs)
 
 
-def hello(path, secs):
-    line = ('{"op":"hello","pid":%d}\n' % os.getpid()).encode() * 1000
+def hellos(path, secs, copies=1000, passed=()):
+    """Connections for `secs`, each sending `copies` hellos in one write (with the descriptors
+    `passed` attached, SCM_RIGHTS); how many went and how many connections were refused."""
+    line = ('{"op":"hello","pid":%d}\n' % os.getpid()).encode() * copies
     end, sent, refused = time.time() + secs, 0, 0
     while time.time() < end:
         try:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(1)
             s.connect(path)
-            s.sendall(line)
-            sent += 1000
+            socket.send_fds(s, [line], list(passed)) if passed else s.sendall(line)
+            sent += copies
             s.close()
         except OSError:
             refused += 1
+    return sent, refused
+
+
+def hello(path, secs):
+    sent, refused = hellos(path, secs)
     print(f"sent {sent} hellos, {refused} connections refused", flush=True)
 
 
@@ -52,18 +59,7 @@ def fds(path, n, secs):
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     mine = [os.open("/dev/null", os.O_RDONLY) for _ in range(n)]
-    line = ('{"op":"hello","pid":%d}\n' % os.getpid()).encode()
-    end, sent, refused = time.time() + secs, 0, 0
-    while time.time() < end:
-        try:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(1)
-            s.connect(path)
-            socket.send_fds(s, [line], mine)
-            sent += 1
-            s.close()
-        except OSError:
-            refused += 1
+    sent, refused = hellos(path, secs, copies=1, passed=mine)
     print(f"sent {sent} hellos of {n} descriptors, {refused} connections refused", flush=True)
 
 

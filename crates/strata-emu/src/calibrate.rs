@@ -260,8 +260,8 @@ fn hops(base: *const usize, mut p: usize, n: u64) -> usize {
 }
 
 /// The fastest of `ROUNDS` measurements: another tenant only ever slows one down.
-fn fastest(mut f: impl FnMut() -> f64) -> f64 {
-    (0..ROUNDS).map(|_| f()).fold(f64::INFINITY, f64::min)
+fn fastest_of_rounds(mut f: impl FnMut() -> f64) -> f64 {
+    crate::validate::fastest(&(0..ROUNDS).map(|_| f()).collect::<Vec<_>>())
 }
 
 /// Rounds of each chase whose fastest is taken.
@@ -269,7 +269,7 @@ const ROUNDS: usize = 3;
 
 fn chase(bytes: usize, huge: bool, hops: u64) -> Result<f64, Error> {
     let mut c = Chase::new(bytes, huge)?;
-    Ok(fastest(|| c.ns_per_hop(hops / ROUNDS as u64)))
+    Ok(fastest_of_rounds(|| c.ns_per_hop(hops / ROUNDS as u64)))
 }
 
 /// ns per hop of a chase through `buf` (4 KiB pages) at a constant `stride`: the lines at
@@ -433,13 +433,13 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let strides: Vec<StrideChase> = STRIDES
         .iter()
         .map(|&stride| {
-            let ns_per_hop = fastest(|| stride_chase(&buf, big, stride as usize, 400_000));
+            let ns_per_hop = fastest_of_rounds(|| stride_chase(&buf, big, stride as usize, 400_000));
             StrideChase { stride, ns_per_hop, followed: ns_per_hop < FOLLOWED * random_ns }
         })
         .collect();
     drop(buf);
     let huge = Buffer::new(big, true)?;
-    let near_stride_huge_ns = fastest(|| stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000));
+    let near_stride_huge_ns = fastest_of_rounds(|| stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000));
     drop(huge);
     let near_small = strides.iter().find(|c| c.stride == NEAR_STRIDE).map_or(random_ns, |c| c.ns_per_hop);
     let (stride_bytes, stride_pages) = stride_reach(&strides);

@@ -132,8 +132,7 @@ struct Speed {
 
 impl Speed {
     fn new(accesses: u64, native_runs_s: Vec<f64>, emulated_runs_s: Vec<f64>) -> Speed {
-        let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-        let (native_s, emulated_s) = (best(&native_runs_s), best(&emulated_runs_s));
+        let (native_s, emulated_s) = (fastest(&native_runs_s), fastest(&emulated_runs_s));
         Speed {
             accesses,
             native_s,
@@ -226,8 +225,8 @@ fn chases(
     Ok(out)
 }
 
-/// The smallest of a run's figures (ns per hop: the least disturbed run).
-fn fastest(v: &[f64]) -> f64 {
+/// The smallest of the runs' figures (seconds, ns per hop): the least disturbed run.
+pub(crate) fn fastest(v: &[f64]) -> f64 {
     v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
