@@ -33,7 +33,7 @@
     .nb_scan_period_max_ms = 60000, .nb_scan_size_mb = 256, .nb_hot_threshold_ms = 1000,  \
     .nb_promote_rate_limit_mbps = 65536, .nb_enough_min_bytes = 0,                        \
     .watermark_scale_factor = 10, .min_free_kbytes = 0,                                   \
-    .tx_user_ns = 5000, .tx_wp_fault_ns = 1000, .scan_ns = 25,                          \
+    .tx_user_ns = 5000, .tx_wp_fault_ns = 1000, .scan_ns = 25, .pingpong_window_ms = 10000,\
     .preset = "m2t",                                                                    \
   }
 
@@ -110,6 +110,9 @@ static const setting_t settings[] = {
     S("migrate_ns", T_DOUBLE, migrate_ns, "ns", "per moved page: unmap, fault, remap (the copy is extra)"),
     S("copy_mbps", T_DOUBLE, copy_mbps, "MB/s", "one thread's page copy, capped by the tiers' bandwidth"),
     S("shootdown_ns", T_DOUBLE, shootdown_ns, "ns", "a TLB shootdown (one per batch of moves)"),
+    S("pingpong_window_ms", T_DOUBLE, pingpong_window_ms, "ms",
+      "a page demoted within this much simulated time of its promotion counts as ping-pong in the "
+      "report (default: ten of the papers' 1 s periods; bench tiering sets ten of its periods)"),
     S("kernel", T_INT, kernel, "mode", "emulated kernel: 0 first touch only, 1 tpp (hint faults, "
       "promotion on a second fault, watermark demotion: the mechanism alone), 2 nomad (tpp with "
       "Nomad's transactional promotion and shadows), 3 linux (Linux 6.x's own tiering rule by "
@@ -315,6 +318,8 @@ static int check(const emu_config_t *c, char *err, size_t errlen) {
     return fail(err, errlen,
                 "time_scale, the scan periods (min <= max), scan size, hot threshold and rate limit must be positive:",
                 "time_scale", 10);
+  if (!(c->pingpong_window_ms >= 0))
+    return fail(err, errlen, "pingpong_window_ms must be 0 or more:", "pingpong_window_ms", 18);
   if (c->kernel != KERNEL_NONE && c->tpp_scan_period_ns <= 0)
     return fail(err, errlen, "tpp needs a positive scan period:", "tpp_scan_period_ns", 18);
   /* every cache and TLB splits into whole sets of its ways (an LLC of 1M with 15 ways does

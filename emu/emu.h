@@ -103,6 +103,7 @@ typedef struct emu_config_s {
   double tx_user_ns;                /* Strata's transactional mover: user-space cost per page */
   double tx_wp_fault_ns;            /* ... and of a first write to a page it write-protected */
   double scan_ns;                   /* an engine's walk: per page read (and cleared) */
+  double pingpong_window_ms;        /* a demotion this soon after a promotion is ping-pong */
   uint64_t sample_period;           /* LLC misses per sample, 0 = off */
   char preset[32];                  /* the preset's name, for the report */
 } emu_config_t;
@@ -282,6 +283,7 @@ void emu_unmap(uintptr_t start, size_t len);
 void emu_remap(uintptr_t old, size_t old_len, uintptr_t new, size_t new_len); /* mremap */
 void emu_tlb_sync(emu_thread_t *t);
 uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdowns */
+uint64_t emu_pingpong_pages(void);  /* demoted within pingpong_window_ms of their promotion */
 const lx_t *emu_linux_state(void);  /* the linux mode's rules' state and counters */
 
 /* ---- observe.c ------------------------------------------------------------------------------- */

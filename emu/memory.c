@@ -276,9 +276,57 @@ static uint64_t copy_ps(int from, int to) {
   return (uint64_t)emu_ps((double)PAGE * 1000.0 / mbps);
 }
 
+/* A table of 32-bit stamps beside the page table: leaves made when a page of theirs is first
+ * stamped (mem_lock held). */
+static uint32_t *stamp_in(_Atomic(uint32_t *) *top, uint64_t vpn, int make) {
+  size_t i = vpn >> EMU_LEAF_BITS;
+  if (i >= EMU_TOP_ENTRIES) return NULL;
+  uint32_t *leaf = atomic_load(&top[i]);
+  if (!leaf && make) {
+    leaf = emu_map(sizeof(uint32_t) * EMU_LEAF_ENTRIES);
+    if (!leaf) return NULL;
+    atomic_store(&top[i], leaf); /* mem_lock held: no other maker */
+  }
+  return leaf ? &leaf[vpn & (EMU_LEAF_ENTRIES - 1)] : NULL;
+}
+
+static uint32_t us_of(uint64_t ps) { return (uint32_t)(ps / 1000000); }
+
+/* The latest simulated time a caller of this file brought (mem_lock held): threads' clocks
+ * differ by up to an epoch, which is fine for what it times (ping-pong). */
+static uint64_t mem_now_ps;
+static void mem_clock(const emu_thread_t *t) {
+  if (t && t->clock_ps > mem_now_ps) mem_now_ps = t->clock_ps;
+}
+
+/* Ping-pong: a page demoted within pingpong_window_ms of its last promotion (simulated time,
+ * mem_now_ps), counted whoever moved it. The promotion's time, in microseconds
+ * plus one (0: none since its last demotion), is kept beside the page table. */
+static _Atomic(uint32_t *) promoted_top[EMU_TOP_ENTRIES];
+static _Atomic uint64_t pingpong;
+uint64_t emu_pingpong_pages(void) { return atomic_load(&pingpong); }
+
+static void note_move(uint64_t vpn, int from, int to) {
+  uint32_t now = us_of(mem_now_ps) + 1;
+  if (emu_cfg.tier[to] < emu_cfg.tier[from]) {
+    uint32_t *s = stamp_in(promoted_top, vpn, 1);
+    if (s) *s = now;
+  } else if (emu_cfg.tier[to] > emu_cfg.tier[from]) {
+    uint32_t *s = stamp_in(promoted_top, vpn, 0);
+    if (s && *s && (double)(now - *s) <= emu_cfg.pingpong_window_ms * 1000.0) atomic_fetch_add(&pingpong, 1);
+    if (s) *s = 0;
+  }
+}
+
+static void forget_promotion(uint64_t vpn) {
+  uint32_t *s = stamp_in(promoted_top, vpn, 0);
+  if (s) *s = 0;
+}
+
 /* Move one present page (mem_lock held); returns the cost in ps, which the caller charges. */
-static uint64_t move_one(pte_t *p, int to) {
+static uint64_t move_one(pte_t *p, uint64_t vpn, int to) {
   int from = p->node;
+  note_move(vpn, from, to);
   uint8_t f = atomic_fetch_and(&p->flags, (uint8_t)~(PTE_SHADOW | PTE_INFLIGHT));
   if (f & PTE_SHADOW) shadow_free(); /* moved by copy: the old page is a stale shadow now */
   atomic_fetch_sub(&emu_resident[from], 1);
@@ -328,13 +376,14 @@ static void charge_shootdown(emu_thread_t *t, int async) {
 }
 
 static int tx_start(emu_thread_t *t, uint64_t vpn, pte_t *pte, int to, int user);
-static uint64_t shadow_demote(pte_t *p, int to);
+static uint64_t shadow_demote(pte_t *p, uint64_t vpn, int to);
 
 int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nodes, int *status,
                    int async) {
   uint64_t vpns[SD_PAGES];
   size_t moved = 0;
   pthread_mutex_lock(&mem_lock);
+  mem_clock(t);
   for (size_t i = 0; i < n; i++) {
     pte_t *p = emu_pte((uintptr_t)pages[i] / PAGE);
     int to = nodes[i];
@@ -349,7 +398,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
     } else if (async == STRATA_EMU_MOVE_TRANSACTIONAL) {
       /* a clean page with a shadow there goes down by remap; any other is copied while in use
        * and committed later if not written (its status: where it is going) */
-      uint64_t remap = shadow_demote(p, to);
+      uint64_t remap = shadow_demote(p, (uintptr_t)pages[i] / PAGE, to);
       if (remap) {
         atomic_fetch_add(&emu_bg_ps, remap + (uint64_t)emu_ps(emu_cfg.tx_user_ns));
         atomic_fetch_add(&bg_moved, 1);
@@ -360,7 +409,7 @@ int emu_move_pages(emu_thread_t *t, void *const *pages, size_t n, const int *nod
       status[i] = remap || tx_start(t, (uintptr_t)pages[i] / PAGE, p, to, 1) == 0 ? to : -EBUSY;
     } else {
       int from = p->node;
-      charge(t, async, move_one(p, to), from, to, 1);
+      charge(t, async, move_one(p, (uintptr_t)pages[i] / PAGE, to), from, to, 1);
       if (moved < SD_PAGES) vpns[moved] = (uintptr_t)pages[i] / PAGE;
       moved++;
       status[i] = to;
@@ -531,6 +580,7 @@ static void tx_commit_due(uint64_t now) {
     } else {
       atomic_fetch_sub(&emu_resident[from], 1);
     }
+    note_move(e.vpn, from, e.to);
     p->node = (uint8_t)e.to;
     atomic_fetch_add(&tx_commits, 1);
     atomic_fetch_add(&bg_moved, 1);
@@ -557,8 +607,9 @@ void emu_tx_written(emu_thread_t *t, pte_t *pte, uint8_t old) {
 
 /* Demote a page by remapping it onto its shadow, if it has one on `to` (mem_lock held): the
  * background cost, or 0 when it has none. */
-static uint64_t shadow_demote(pte_t *p, int to) {
+static uint64_t shadow_demote(pte_t *p, uint64_t vpn, int to) {
   if (to != shadow_node() || !(atomic_fetch_and(&p->flags, (uint8_t)~PTE_SHADOW) & PTE_SHADOW)) return 0;
+  note_move(vpn, p->node, to);
   atomic_fetch_sub(&emu_resident[p->node], 1); /* the fast page is freed; the shadow is counted */
   atomic_fetch_sub(&tx_shadows, 1);
   p->node = (uint8_t)to;
@@ -589,8 +640,8 @@ static uint64_t demote_clock(uint64_t target, uint64_t max, uint64_t *n) {
       atomic_fetch_and(&p->flags, (uint8_t)~STRATA_EMU_ACCESSED);
       continue;
     }
-    uint64_t remap = shadow_demote(p, to); /* nomad: a clean page with a shadow, no copy */
-    ps += remap ? remap : move_one(p, to);
+    uint64_t remap = shadow_demote(p, clock_hand.vpn, to); /* nomad: a clean page with a shadow, no copy */
+    ps += remap ? remap : move_one(p, clock_hand.vpn, to);
     demoted++;
   }
   *n = demoted;
@@ -619,11 +670,13 @@ static int linux_alloc_node(emu_thread_t *t, uint64_t vpn, const pte_t *pte);
 
 void emu_first_touch(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
   pthread_mutex_lock(&mem_lock);
+  mem_clock(t);
   if (!(atomic_load(&pte->flags) & STRATA_EMU_PRESENT)) {
     int node = linux_mode() ? linux_alloc_node(t, vpn, pte) : choose_node(vpn, pte);
     pte->node = (uint8_t)node;
     atomic_fetch_or(&pte->flags, STRATA_EMU_PRESENT);
     atomic_fetch_add(&emu_resident[node], 1);
+    forget_promotion(vpn); /* a new page: a promotion of the address's last page is not its own */
     uint64_t all = 0;
     for (int n = 0; n < emu_cfg.nnodes; n++) all += atomic_load(&emu_resident[n]);
     if (all > emu_peak_resident) emu_peak_resident = all;
@@ -675,6 +728,7 @@ void emu_kernel_tick(emu_thread_t *t) {
   int scan_due = (tpp_like() || linux_mode()) && t->clock_ps >= tpp_next_ps;
   int due = scan_due || tx_next_ps() <= t->clock_ps || (kswapd_awake && kswapd_clock_ps <= t->clock_ps);
   if (due && !pthread_mutex_trylock(&mem_lock)) {
+    mem_clock(t);
     if (scan_due && linux_mode()) {
       linux_scan(t);
     } else if (scan_due) {
@@ -693,6 +747,7 @@ void emu_kernel_tick(emu_thread_t *t) {
 
 void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
   pthread_mutex_lock(&mem_lock);
+  mem_clock(t);
   uint8_t f = atomic_load(&pte->flags);
   if (!(f & STRATA_EMU_HINT)) { /* another thread took it */
     pthread_mutex_unlock(&mem_lock);
@@ -725,7 +780,7 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
         next_tick_update();
       }
     } else if (has_room(0)) {
-      charge(t, 0, move_one(pte, 0), from, 0, 1);
+      charge(t, 0, move_one(pte, vpn, 0), from, 0, 1);
       atomic_fetch_and(&pte->flags, (uint8_t)~PTE_REFERENCED);
       /* the promotion consumed rate-limit budget: a page per PAGE/rate seconds */
       uint64_t gap = (uint64_t)emu_ps((double)PAGE * 1000.0 / emu_cfg.tpp_promote_mbps);
@@ -747,22 +802,8 @@ void emu_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
  * when a page of theirs is first marked. */
 static _Atomic(uint32_t *) stamp_top[EMU_TOP_ENTRIES];
 
-static uint32_t *stamp_of(uint64_t vpn, int make) {
-  size_t i = vpn >> EMU_LEAF_BITS;
-  if (i >= EMU_TOP_ENTRIES) return NULL;
-  uint32_t *leaf = atomic_load(&stamp_top[i]);
-  if (!leaf && make) {
-    leaf = emu_map(sizeof(uint32_t) * EMU_LEAF_ENTRIES);
-    if (!leaf) return NULL;
-    atomic_store(&stamp_top[i], leaf); /* mem_lock held: no other maker */
-  }
-  return leaf ? &leaf[vpn & (EMU_LEAF_ENTRIES - 1)] : NULL;
-}
-
-static uint32_t us_of(uint64_t ps) { return (uint32_t)(ps / 1000000); }
-
 static void linux_stamp(uint64_t vpn, uint64_t now_ps) {
-  uint32_t *s = stamp_of(vpn, 1);
+  uint32_t *s = stamp_in(stamp_top, vpn, 1);
   if (s) *s = us_of(now_ps);
 }
 
@@ -887,7 +928,7 @@ static int linux_alloc_node(emu_thread_t *t, uint64_t vpn, const pte_t *pte) {
 static int linux_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
   int from = pte->node;
   uint64_t now = t->clock_ps;
-  uint32_t *s = stamp_of(vpn, 1), then = s ? *s : 0;
+  uint32_t *s = stamp_in(stamp_top, vpn, 1), then = s ? *s : 0;
   if (s) *s = us_of(now);
   uint64_t latency = s ? (uint64_t)(uint32_t)(us_of(now) - then) * 1000000 : UINT64_MAX;
   if (from == 0) lx.faults_local++;
@@ -901,7 +942,7 @@ static int linux_hint_fault(emu_thread_t *t, uint64_t vpn, pte_t *pte) {
     kswapd_wake(now);
     return 0;
   }
-  charge(t, 0, move_one(pte, 0), from, 0, 1);
+  charge(t, 0, move_one(pte, vpn, 0), from, 0, 1);
   charge_shootdown(t, 0);
   emu_shootdown(&vpn, 1);
   lx.promoted++;

@@ -67,6 +67,8 @@ static void write_report(int fd, char *buf, size_t size, int at_exit) {
                    (unsigned long long)emu_bg_counter(1), (unsigned long long)emu_bg_counter(2),
                    (unsigned long long)emu_bg_counter(3), (unsigned long long)(atomic_load(&emu_scan_ps) / 1000),
                    (unsigned long long)emu_walked_pages());
+  _strata_json_put(&o, " \"pingpong_pages\": %llu, \"pingpong_window_ms\": %g,\n",
+                   (unsigned long long)emu_pingpong_pages(), emu_cfg.pingpong_window_ms);
   _strata_json_put(&o, " \"transactional\": {\"commits\": %llu, \"aborts\": %llu, \"shadow_demotions\": %llu, "
                        "\"shadows\": %llu, \"shadows_written\": %llu, \"shadows_reclaimed\": %llu},\n",
                    (unsigned long long)emu_tx_counter(0), (unsigned long long)emu_tx_counter(1),

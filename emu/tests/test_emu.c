@@ -341,6 +341,28 @@ static void test_move(void) {
   CHECK(emu_bg_counter(2) == bg[2] && emu_bg_counter(3) - bg[3] == 1);     /* demoted, shootdowns */
 }
 
+/* A page demoted within pingpong_window_ms of its promotion is counted, once; one demoted
+ * later, or a new page at the address of a promoted one, is not. */
+static void test_pingpong(void) {
+  double window = emu_cfg.pingpong_window_ms;
+  emu_cfg.pingpong_window_ms = 1; /* simulated ms */
+  volatile char *p = fresh(2 * PAGE);
+  p[0] = p[PAGE] = 1;
+  void *pages[2] = {(void *)p, (void *)(p + PAGE)};
+  int down[2] = {1, 1}, up[2] = {0, 0}, st[2];
+  uint64_t before = emu_pingpong_pages();
+  CHECK(strata_emu_move(pages, 2, down, st, 0) == 0 && st[0] == 1 && st[1] == 1);
+  CHECK(emu_pingpong_pages() == before); /* born fast, never promoted */
+  CHECK(strata_emu_move(pages, 2, up, st, 0) == 0 && st[0] == 0 && st[1] == 0);
+  CHECK(strata_emu_move(pages, 1, down, st, 0) == 0 && st[0] == 1);
+  CHECK(emu_pingpong_pages() - before == 1); /* at once: ping-pong */
+  emu_self->clock_ps += 2000000000; /* two simulated ms on */
+  CHECK(strata_emu_move(pages + 1, 1, down, st, 0) == 0 && st[0] == 1);
+  CHECK(emu_pingpong_pages() - before == 1); /* too late to count */
+  munmap((void *)p, 2 * PAGE);
+  emu_cfg.pingpong_window_ms = window;
+}
+
 static void test_observe(void) {
   volatile char *p = fresh(2 * PAGE);
   p[0] = 1;         /* page 0: written */
@@ -760,6 +782,7 @@ int main(void) {
   test_remap();
   test_libstrata();
   test_move();
+  test_pingpong();
   test_observe();
   test_bulk();
   test_tpp();

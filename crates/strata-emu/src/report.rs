@@ -145,6 +145,11 @@ pub struct Report {
     pub peak_resident_pages: u64,
     pub totals: Counters,
     pub background: Background,
+    /// pages demoted within `pingpong_window_ms` of their last promotion, whoever moved them
+    #[serde(default)]
+    pub pingpong_pages: u64,
+    #[serde(default)]
+    pub pingpong_window_ms: f64,
     #[serde(default)]
     pub transactional: Transactional,
     /// the linux kernel mode's counters (only under it)
@@ -242,6 +247,12 @@ impl Report {
             b.ns as f64 / 1e6,
             t.shootdowns + b.shootdowns
         );
+        if self.pingpong_pages > 0 {
+            s += &format!(
+                "ping-pong: {} pages demoted within {} ms of their promotion\n",
+                self.pingpong_pages, self.pingpong_window_ms
+            );
+        }
         let x = &self.transactional;
         if x.commits + x.aborts + x.shadow_demotions > 0 {
             s += &format!(

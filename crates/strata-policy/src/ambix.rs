@@ -21,7 +21,7 @@
 //! the policy (the engine's configuration), not to the policy.
 use serde::Deserialize;
 
-use crate::{Action, Needs, Observations, Policy, Tier};
+use crate::{Action, Needs, Observations, Policy, Tier, TierObs};
 
 /// Ambix's parameters; the defaults are the paper's.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -96,13 +96,27 @@ pub struct Ambix {
     /// scores above it are hot
     threshold: i32,
     pass: u64,
+    /// the bytes of the fast tier kept free, when a combined policy sets them (else
+    /// `fast_free_fraction` of it)
+    reserve_bytes: Option<u64>,
 }
 
 impl Ambix {
     pub fn new(cfg: Config) -> Ambix {
         // before the first full scan there is no ranking: new pages start in the middle
         let threshold = cfg.score_max / 2;
-        Ambix { cfg, pages: Vec::new(), threshold, pass: 0 }
+        Ambix { cfg, pages: Vec::new(), threshold, pass: 0, reserve_bytes: None }
+    }
+
+    /// Keep these bytes of the fast tier free instead of `fast_free_fraction` of it: a
+    /// combined policy gives its pages part of the fast tier (a smaller capacity in the
+    /// observations) and one headroom for the whole tier.
+    pub fn set_reserve(&mut self, bytes: Option<u64>) {
+        self.reserve_bytes = bytes;
+    }
+
+    fn reserve(&self, fast: &TierObs) -> u64 {
+        self.reserve_bytes.unwrap_or((fast.capacity_bytes as f64 * self.cfg.fast_free_fraction) as u64)
     }
 
     /// The partition threshold in force.
@@ -173,7 +187,7 @@ impl Ambix {
         self.pages.retain(|(_, s)| s.pass == pass);
         self.pass += 1;
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0) else { return };
-        let usable = (fast.capacity_bytes as f64 * (1.0 - self.cfg.fast_free_fraction)) as u64 / obs.page_bytes.max(1);
+        let usable = fast.capacity_bytes.saturating_sub(self.reserve(fast)) / obs.page_bytes.max(1);
         // the ranking as a histogram of scores (they lie in [0, score_max]): hottest first;
         // among equals, pages already fast first (they keep their place), then by address
         let mut count = vec![0u64; self.cfg.score_max as usize + 1];
@@ -208,7 +222,7 @@ impl Ambix {
         let page = obs.page_bytes.max(1);
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0) else { return Vec::new() };
         let slow: Tier = obs.tiers.iter().map(|t| t.tier).max().unwrap_or(1).max(1);
-        let reserve = (fast.capacity_bytes as f64 * self.cfg.fast_free_fraction) as i64;
+        let reserve = self.reserve(fast) as i64;
         // room: what is free, but never more than the tier's capacity less what these pages
         // hold of it (the same on a machine of its own; less where the engine gives this
         // policy a share of the fast tier that its pages overfill)
@@ -446,8 +460,9 @@ mod tests {
 
     #[test]
     fn a_new_page_starts_warm_at_the_threshold() {
-        // 30 hot and 30 cold pages; a fast tier of 20 (19 usable): the cut falls among hot pages
-        let mut pages = vec![(0, false, false); 30];
+        // 30 cold and 30 hot pages, all slow; a fast tier of 20 (19 usable): the cut falls among
+        // hot pages
+        let mut pages = vec![(1, false, false); 30];
         pages.extend(vec![(1, true, false); 30]);
         let mut w = World { fast_pages: 20, slow_pages: 100, pages };
         let mut p = Ambix::new(Config { min_scans: 100, ..Config::default() });

@@ -86,12 +86,28 @@ pub struct Hmalloc {
     pub epochs: Vec<u64>,
     contexts: HashMap<(u32, u32), Epoch>,
     directives: HashMap<(u32, u32), Directive>,
+    /// the knapsack's capacity in bytes, when a combined policy sets it
+    capacity_bytes: Option<u64>,
 }
 
 impl Hmalloc {
     pub fn new(cfg: Config) -> Hmalloc {
         let epoch_len = cfg.epoch_first;
-        Hmalloc { cfg, events: 0, epoch_len, epochs: Vec::new(), contexts: HashMap::new(), directives: HashMap::new() }
+        Hmalloc {
+            cfg,
+            events: 0,
+            epoch_len,
+            epochs: Vec::new(),
+            contexts: HashMap::new(),
+            directives: HashMap::new(),
+            capacity_bytes: None,
+        }
+    }
+
+    /// Fill the knapsack up to these bytes (at most the memory in use) instead of
+    /// `capacity_ratio` of it: a combined policy shares one budget of the fast tier.
+    pub fn set_capacity(&mut self, bytes: Option<u64>) {
+        self.capacity_bytes = bytes;
     }
 
     /// Count this round: samples per context, residency, allocation events.
@@ -123,7 +139,10 @@ impl Hmalloc {
         self.events = 0;
         let used: u64 = obs.tiers.iter().map(|t| t.capacity_bytes.saturating_sub(t.free_bytes)).sum();
         let fast = obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| t.capacity_bytes);
-        let capacity = knapsack_capacity(used, fast, self.cfg.capacity_ratio);
+        let capacity = match self.capacity_bytes {
+            Some(b) => b.min(used),
+            None => knapsack_capacity(used, fast, self.cfg.capacity_ratio),
+        };
 
         let mut items = Vec::new(); // (key, weight bytes, value)
         for c in &obs.contexts {

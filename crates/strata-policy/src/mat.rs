@@ -169,6 +169,9 @@ pub struct Mat {
     /// re-assignments so far
     pub assignments: u64,
     fast_set_bytes: u64,
+    /// the bytes of the fast tier the objects may fill, when a combined policy sets them (else
+    /// `fast_fill` of it less what is resident there outside the objects)
+    budget_bytes: Option<u64>,
 }
 
 impl Mat {
@@ -185,6 +188,7 @@ impl Mat {
             directives: HashMap::new(),
             assignments: 0,
             fast_set_bytes: 0,
+            budget_bytes: None,
         }
     }
 
@@ -256,6 +260,12 @@ impl Mat {
         }
     }
 
+    /// Let the objects fill these bytes of the fast tier, whatever else is resident there: a
+    /// combined policy shares one budget between its parts, and its other parts make room.
+    pub fn set_budget(&mut self, bytes: Option<u64>) {
+        self.budget_bytes = bytes;
+    }
+
     /// The bytes of the fast set of the last re-assignment.
     pub fn fast_set_bytes(&self) -> u64 {
         self.fast_set_bytes
@@ -281,11 +291,17 @@ impl Mat {
             let (ka, kb) = (self.rank_key(a.1, in_fast(a.0)), self.rank_key(b.1, in_fast(b.0)));
             ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(objects[a.0].addr.cmp(&objects[b.0].addr))
         });
-        // the fast tier less what is resident there outside the ranked objects
-        let used = fast.capacity_bytes.saturating_sub(fast.free_bytes);
+        // the fast tier less what is resident there outside the ranked objects (with a budget
+        // given: less what the objects not ranked yet hold)
         let ranked_fast: u64 = ranked.iter().map(|(i, _)| objects[*i].fast_bytes).sum();
-        let outside = used.saturating_sub(ranked_fast);
-        let budget = ((fast.capacity_bytes as f64 * self.cfg.fast_fill) as u64).saturating_sub(outside);
+        let budget = match self.budget_bytes {
+            Some(b) => b.saturating_sub(objects.iter().map(|o| o.fast_bytes).sum::<u64>().saturating_sub(ranked_fast)),
+            None => {
+                let used = fast.capacity_bytes.saturating_sub(fast.free_bytes);
+                let outside = used.saturating_sub(ranked_fast);
+                ((fast.capacity_bytes as f64 * self.cfg.fast_fill) as u64).saturating_sub(outside)
+            }
+        };
         let mut filled = 0u64;
         let mut open = true;
         let mut actions = Vec::new();

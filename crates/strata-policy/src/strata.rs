@@ -1,22 +1,25 @@
-//! `strata`, the default: what no single paper does alone, from three of them.
+//! `strata`, the default: what no single paper does alone, from three of them, under one budget
+//! of the fast tier: its capacity less one `headroom` (5 %, Ambix's reserve), shared by the three
+//! parts so that no part overfills what another needs.
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
-//!    the tier its measured hotness earns in the knapsack, so most memory starts in the right
-//!    place and the layers below have little to correct (M2T's point about semantic placement).
-//!    The program's own hints come first: allocations of the explicit API's hot, cold and NextTo
-//!    arenas are bound by the program and are not in the channel, so nothing here moves them.
+//!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
+//!    memory starts in the right place and the layers below have little to correct (M2T's point
+//!    about semantic placement). The program's own hints come first: allocations of the explicit
+//!    API's hot, cold and NextTo arenas are bound by the program and are not in the channel, so
+//!    nothing here moves them.
 //! 2. **Known objects move as records** (MAT, [`crate::mat`], by accesses per byte): tracked
 //!    objects are split into records of at most `record_max_fraction` (1/16) of the fast tier
 //!    (MAT's 64 MiB records, scaled to the fast tier), ranked by their sampled LLC misses per
 //!    byte and moved as units, with `hysteresis` (0.5): a record in the fast tier ranks as if
-//!    50 % hotter, so near-ties do not trade places every round.
+//!    50 % hotter, so near-ties do not trade places every round. The records' fast set fills
+//!    the budget first, whatever the pages hold: their samples say more than a page's bits, and
+//!    a move of a whole record is one decision instead of hundreds.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
-//!    and moved with Ambix's rules (a ranking cut, ten scans between moves, 5 % kept free), in
-//!    the fast tier less what the records of step 2 hold.
-//!
-//! Records take their share first: their samples say more than a page's bits, and a move of a
-//! whole record is one decision instead of hundreds.
+//!    and moved with Ambix's rules (a ranking cut, ten scans between moves) in what the records'
+//!    fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
+//!    demotes its coldest pages to make the room (the mover runs demotions first).
 use serde::Deserialize;
 
 use crate::{ambix, hmalloc, mat, object_at, Action, Needs, Observations, Policy, TierObs};
@@ -28,13 +31,13 @@ pub struct Config {
     pub record_max_fraction: f64,
     /// an object in the fast tier ranks as if this much hotter
     pub hysteresis: f64,
-    /// share of the fast tier the objects may fill (MAT's 90 %)
-    pub fast_fill: f64,
+    /// share of the fast tier kept free by all three parts together (Ambix's 5 %)
+    pub headroom: f64,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, fast_fill: 0.9 }
+        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, headroom: 0.05 }
     }
 }
 
@@ -43,7 +46,10 @@ impl Config {
         if !(self.record_max_fraction > 0.0 && self.record_max_fraction <= 1.0) {
             return Err(format!("record_max_fraction must be in (0, 1], not {}", self.record_max_fraction));
         }
-        let m = mat::Config { hysteresis: self.hysteresis, fast_fill: self.fast_fill, ..mat::Config::default() };
+        if !(0.0..1.0).contains(&self.headroom) {
+            return Err(format!("headroom must be in [0, 1), not {}", self.headroom));
+        }
+        let m = mat::Config { hysteresis: self.hysteresis, ..mat::Config::default() };
         m.check()
     }
 }
@@ -57,12 +63,7 @@ pub struct Strata {
 
 impl Strata {
     pub fn new(cfg: Config) -> Strata {
-        let m = mat::Config {
-            priority: mat::Priority::Apb,
-            hysteresis: cfg.hysteresis,
-            fast_fill: cfg.fast_fill,
-            ..mat::Config::default()
-        };
+        let m = mat::Config { priority: mat::Priority::Apb, hysteresis: cfg.hysteresis, ..mat::Config::default() };
         Strata {
             cfg,
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
@@ -78,28 +79,43 @@ impl Policy for Strata {
     }
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
-        let mut actions = self.births.decide(obs);
-        let fast_cap = obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| t.capacity_bytes);
-        let record = ((fast_cap as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
+        let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0).copied() else { return Vec::new() };
+        let reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
+        let budget = fast.capacity_bytes - reserve;
 
-        // tracked objects, as records
+        // births: the knapsack fills the budget
+        self.births.set_capacity(Some(budget));
+        let mut actions = self.births.decide(obs);
+
+        // tracked objects, as records: their fast set fills the budget first
+        let record =
+            ((fast.capacity_bytes as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
         let records = mat::split_records(&obs.objects, record);
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
         let object_obs = Observations { objects: records, pages: Vec::new(), ..obs.clone() };
+        self.objects.set_budget(Some(budget));
         actions.extend(self.objects.decide(&object_obs));
+        let planned = self.objects.fast_set_bytes().max(held);
 
-        // the rest, paged, in the fast tier less what the records hold
+        // the rest, paged, in what the records' fast set leaves: the tier as the pages see it
+        // is the fast tier less the records' share, and its free bytes less what the records'
+        // promotions this round will take
         let pages =
             obs.pages.iter().filter(|p| object_at(&object_obs.objects, p.pid, p.addr).is_none()).copied().collect();
         let tiers: Vec<TierObs> = obs
             .tiers
             .iter()
             .map(|t| match t.tier {
-                0 => TierObs { capacity_bytes: t.capacity_bytes.saturating_sub(held), ..*t },
+                0 => TierObs {
+                    capacity_bytes: t.capacity_bytes.saturating_sub(planned),
+                    free_bytes: t.free_bytes.saturating_sub(planned - held),
+                    ..*t
+                },
                 _ => *t,
             })
             .collect();
         let page_obs = Observations { pages, tiers, objects: Vec::new(), samples: Vec::new(), ..obs.clone() };
+        self.pages.set_reserve(Some(reserve));
         actions.extend(self.pages.decide(&page_obs));
         actions
     }
@@ -184,13 +200,119 @@ mod tests {
         assert!(moves.contains(&(0, MB)), "{moves:?}");
         assert!(moves.contains(&(16 * MB, 2 * MB)), "the sampled record: {moves:?}");
         assert!(moves.iter().filter(|m| m.0 >= 16 * MB && m.0 < 56 * MB).all(|m| m.1 == 2 * MB), "{moves:?}");
-        // the records fill at most 90 % of the fast tier
+        // the records fill at most the budget: the fast tier less the 5 % headroom
         let records: u64 = moves.iter().filter(|m| m.0 < 56 * MB).map(|m| m.1).sum();
-        assert!(records <= 32 * MB * 9 / 10, "{records} bytes of records promoted");
+        assert!(records <= 32 * MB * 19 / 20, "{records} bytes of records promoted");
         // the page outside any object, by Ambix after its ten scans
         assert!(moves.contains(&(64 * MB, PAGE)), "{moves:?}");
         let fast_context =
             all.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Fast, .. }));
         assert!(fast_context, "the sampled context starts fast: {all:?}");
+    }
+
+    /// A small machine that carries the moves out: demotions first (as the engine's mover),
+    /// a promotion only into free room.
+    struct Machine {
+        fast_cap: u64,
+        /// every page: address, tier
+        pages: std::collections::BTreeMap<u64, u8>,
+    }
+
+    impl Machine {
+        fn fast_used(&self) -> u64 {
+            self.pages.values().filter(|t| **t == 0).count() as u64 * PAGE
+        }
+
+        fn fast_in(&self, from: u64, to: u64) -> u64 {
+            self.pages.range(from..to).filter(|(_, t)| **t == 0).count() as u64 * PAGE
+        }
+
+        fn apply(&mut self, mut actions: Vec<Action>) {
+            actions.sort_by_key(|a| match a {
+                Action::Move { to, .. } => std::cmp::Reverse(*to),
+                _ => std::cmp::Reverse(u8::MAX),
+            });
+            let mut room = self.fast_cap - self.fast_used();
+            for a in actions {
+                let Action::Move { addr, len, to, .. } = a else { continue };
+                for (_, t) in self.pages.range_mut(addr..addr + len) {
+                    if *t == to || (to == 0 && room < PAGE) {
+                        continue; // a promotion beyond the tier's room is refused
+                    }
+                    room = if to == 0 { room - PAGE } else { room + PAGE };
+                    *t = to;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_records_pages_and_births_share_one_budget() {
+        // a fast tier of 32 MiB (records of 2 MiB, budget 30.4 MiB); a 64 MiB object (context
+        // 1) sampled evenly, slow; 8 MiB of pages outside it, accessed every round, fast
+        let obj = ObjectObs { pid: 1, addr: 0, len: 64 * MB, context: 1, resident_bytes: 64 * MB, fast_bytes: 0 };
+        let outside = 128 * MB;
+        let mut m = Machine { fast_cap: 32 * MB, pages: Default::default() };
+        for k in 0..(64 * MB / PAGE) {
+            m.pages.insert(k * PAGE, 1);
+        }
+        for k in 0..(8 * MB / PAGE) {
+            m.pages.insert(outside + k * PAGE, 0);
+        }
+        let budget = 32 * MB - (32 * MB) / 20;
+        let mut p = Strata::new(Config::default());
+        let mut directives = Vec::new();
+        for round in 1..=40u64 {
+            let fast_used = m.fast_used();
+            let pages = m
+                .pages
+                .iter()
+                .map(|(a, t)| PageObs { pid: 1, addr: *a, tier: *t, node: *t, accessed: true, dirty: false })
+                .collect();
+            let samples = (0..64 * MB)
+                .step_by((MB / 4) as usize)
+                .map(|a| Sample { pid: 1, addr: a, tier: m.pages[&a], time_ns: round, store: false })
+                .collect();
+            let o = ObjectObs { fast_bytes: m.fast_in(0, 64 * MB), ..obj };
+            let obs = Observations {
+                now_ns: round,
+                page_bytes: PAGE,
+                tiers: vec![
+                    TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 32 * MB - fast_used },
+                    TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: 1 << 39 },
+                ],
+                pages,
+                scan_complete: true,
+                objects: vec![o],
+                samples,
+                contexts: vec![ContextObs {
+                    pid: 1,
+                    index: 1,
+                    id: 1,
+                    size_class: 0,
+                    allocs: round,
+                    frees: 0,
+                    live_bytes: 64 * MB,
+                    bytes_allocated: 64 * MB,
+                    directive: Directive::Default,
+                }],
+                ..Default::default()
+            };
+            let actions = p.decide(&obs);
+            directives.extend(actions.iter().filter(|a| matches!(a, Action::SetDirective { .. })).cloned());
+            m.apply(actions);
+            // never more in the fast tier than the budget, once the pages have made way
+            if round > 20 {
+                assert!(m.fast_used() <= budget, "round {round}: {} MiB fast", m.fast_used() / MB);
+            }
+        }
+        // the records took the budget (15 records of 2 MiB), the pages gave way to them
+        assert_eq!(m.fast_in(0, 64 * MB), 30 * MB, "the records' fast bytes");
+        assert!(m.fast_in(outside, outside + 8 * MB) <= budget - 30 * MB, "the pages' fast bytes");
+        // the context's 64 MiB do not fit the budget's knapsack: its new objects start slow
+        assert!(
+            directives.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Slow, .. })),
+            "{directives:?}"
+        );
     }
 }

@@ -324,6 +324,10 @@ pub struct Row {
     /// pages an engine's walks read, and the moves it asked for that did not happen
     pub scanned_pages: u64,
     pub refused_pages: u64,
+    /// pages demoted within ten of the engine's periods of their promotion, in bytes, whoever
+    /// moved them (the emulator's pingpong_window_ms)
+    #[serde(default)]
+    pub pingpong_bytes: u64,
     /// nomad and transactional movers: commits, aborts, copy-free demotions, shadows
     #[serde(default)]
     pub transactional: strata_emu::Transactional,
@@ -436,6 +440,8 @@ impl<'a> Matrix<'a> {
         let mut machine = Machine::preset(&a.preset, progress.quiet())?;
         machine.set_tpp_scan_period_ms(a.machine.tpp_scan_period_ms.unwrap_or(period_ms));
         machine.set("time_scale", &a.time_scale.to_string());
+        // ping-pong: demoted within ten of the engine's rounds of a promotion (#35's measure)
+        machine.set("pingpong_window_ms", &(10.0 * period_ms).to_string());
         a.machine.apply(&mut machine)?;
         ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
         let preload = match a.allocator.as_str() {
@@ -527,6 +533,7 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
         far_accesses,
         scanned_pages: rep.background.scanned_pages,
         refused_pages: refused,
+        pingpong_bytes: rep.pingpong_pages * 4096,
         transactional: rep.transactional.clone(),
         linux: rep.linux.clone(),
         thread_kernel_ms: rep.totals.kernel_ps as f64 / 1e9,
