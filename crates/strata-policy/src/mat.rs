@@ -90,6 +90,10 @@ pub struct Config {
     /// an object in the fast tier ranks as if its estimate were this much higher (0: the
     /// paper's plain ranking; `strata` uses it so that near-ties do not swap places each round)
     pub hysteresis: f64,
+    /// an object below the fast tier joins the fast set only once it has been sampled this many
+    /// intervals in a row (0: the paper's rule; `strata` uses it so that a burst, such as an
+    /// object's first fill, does not promote what is demoted the next round)
+    pub min_streak: u32,
 }
 
 impl Default for Config {
@@ -106,6 +110,7 @@ impl Default for Config {
             proactive: false,
             site_fraction: 1.0,
             hysteresis: 0.0,
+            min_streak: 0,
         }
     }
 }
@@ -148,6 +153,8 @@ struct ObjState {
     tau: f64,
     /// the last sample's time, ns
     last_ns: Option<u64>,
+    /// intervals in a row, up to this one, in which it was sampled
+    streak: u32,
 }
 
 /// The intervals of the LLC-miss-rate trigger's mean.
@@ -193,8 +200,8 @@ impl Mat {
     }
 
     /// The objects split in pieces of at most `split_mb`, in (pid, addr) order.
-    fn pieces(&self, objects: &[ObjectObs]) -> Vec<ObjectObs> {
-        split_records(objects, ((self.cfg.split_mb * 1048576.0) as u64) & !4095)
+    fn pieces(&self, obs: &Observations) -> Vec<ObjectObs> {
+        split_records(&obs.objects, ((self.cfg.split_mb * 1048576.0) as u64) & !4095, obs)
     }
 
     /// Aggregation: this interval's samples per object into the EWMA; objects gone are dropped,
@@ -214,10 +221,13 @@ impl Mat {
             let mut st = match self.objects.get(&key) {
                 Some(st) if st.len == o.len && st.context == o.context => *st,
                 // a new object (or another one at a reused address)
-                _ => ObjState { len: o.len, context: o.context, born: self.interval, tau: 0.0, last_ns: None },
+                _ => {
+                    ObjState { len: o.len, context: o.context, born: self.interval, tau: 0.0, last_ns: None, streak: 0 }
+                }
             };
             st.tau = self.cfg.alpha * counts[i] as f64 + (1.0 - self.cfg.alpha) * st.tau;
             st.last_ns = st.last_ns.max(last[i]);
+            st.streak = if counts[i] > 0 { st.streak.saturating_add(1) } else { 0 };
             next.insert(key, st);
         }
         self.objects = next;
@@ -307,11 +317,14 @@ impl Mat {
         let mut actions = Vec::new();
         let mut sites: HashMap<(u32, u32), (u32, u32)> = HashMap::new(); // (in fast, in slow)
         let n = ranked.len() as i64;
-        for (rank, (i, _)) in ranked.iter().enumerate() {
+        for (rank, (i, st)) in ranked.iter().enumerate() {
             let o = &objects[*i];
-            open = open && filled + o.len <= budget;
+            // an object below the fast tier joins the fast set only once it has been sampled
+            // `min_streak` intervals in a row (a burst, such as its first fill, is not heat)
+            let eligible = st.streak >= self.cfg.min_streak || o.fast_bytes * 2 > o.resident_bytes;
+            open = open && (!eligible || filled + o.len <= budget);
             let site = sites.entry((o.pid, o.context)).or_default();
-            if open {
+            if open && eligible {
                 filled += o.len;
                 site.0 += 1;
                 if o.resident_bytes > o.fast_bytes {
@@ -360,11 +373,22 @@ impl Mat {
     }
 }
 
-/// Objects split into records of at most `split` bytes (MAT's split records, §3.2.2): all but
-/// an object's last record are `split` long. Residency is known per object only, so it is
-/// spread over the records in proportion to their length.
-pub fn split_records(objects: &[ObjectObs], split: u64) -> Vec<ObjectObs> {
-    let split = split.max(4096);
+/// The objects split into records of at most `split` bytes (whole pages), in (pid, addr) order.
+/// A record's residency is counted from the pages of this round's scan (`scan.pages`) when the
+/// scan covered it: from the first page it saw this round to the last, or to the end of the
+/// address space when it completed; otherwise it is the object's, shared in proportion to the
+/// record's length. (Shared alone, every record of an object two-thirds fast looked two-thirds
+/// fast: a fast record was not known from a slow one.)
+pub fn split_records(objects: &[ObjectObs], split: u64, scan: &Observations) -> Vec<ObjectObs> {
+    let page = scan.page_bytes.max(1);
+    let split = split.max(page);
+    let pages = crate::sorted_pages(&scan.pages);
+    let window = match (pages.first(), pages.last()) {
+        (Some(a), Some(b)) => {
+            Some(((a.pid, a.addr), if scan.scan_complete { (u32::MAX, u64::MAX) } else { (b.pid, b.addr) }))
+        }
+        _ => None,
+    };
     let mut out = Vec::with_capacity(objects.len());
     for o in objects {
         if o.len <= split {
@@ -372,15 +396,20 @@ pub fn split_records(objects: &[ObjectObs], split: u64) -> Vec<ObjectObs> {
             continue;
         }
         for off in (0..o.len).step_by(split as usize) {
-            let len = split.min(o.len - off);
+            let (addr, len) = (o.addr + off, split.min(o.len - off));
             let share = |b: u64| (b as u128 * len as u128 / o.len as u128) as u64;
-            out.push(ObjectObs {
-                addr: o.addr + off,
-                len,
-                resident_bytes: share(o.resident_bytes),
-                fast_bytes: share(o.fast_bytes),
-                ..*o
-            });
+            let (first, last) = ((o.pid, addr / page * page), (o.pid, (addr + len - 1) / page * page));
+            let (resident_bytes, fast_bytes) = match window {
+                Some((lo, hi)) if lo <= first && last <= hi => {
+                    let from = pages.partition_point(|p| (p.pid, p.addr) < first);
+                    let to = pages.partition_point(|p| (p.pid, p.addr) <= last);
+                    let seen = &pages[from..to];
+                    let bytes = |n: usize| n as u64 * page;
+                    (bytes(seen.len()), bytes(seen.iter().filter(|p| p.tier == 0).count()))
+                }
+                _ => (share(o.resident_bytes), share(o.fast_bytes)),
+            };
+            out.push(ObjectObs { addr, len, resident_bytes, fast_bytes, ..*o });
         }
     }
     out
@@ -406,7 +435,7 @@ impl Policy for Mat {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         self.interval += 1;
-        let objects = self.pieces(&obs.objects);
+        let objects = self.pieces(obs);
         self.aggregate(obs, &objects);
         if !self.triggered(obs) {
             return Vec::new();
@@ -431,9 +460,35 @@ impl Policy for Mat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ContextObs, Counters, Sample, TierObs};
+    use crate::{ContextObs, Counters, PageObs, Sample, TierObs};
 
     const MB: u64 = 1 << 20;
+
+    #[test]
+    fn a_record_has_its_own_residency_where_the_scan_saw_it() {
+        // an object of four 1 MiB records, half fast: records 0 and 2 wholly fast, 1 and 3 slow
+        let o = ObjectObs { pid: 1, addr: 0, len: 4 * MB, context: 1, resident_bytes: 4 * MB, fast_bytes: 2 * MB };
+        let pages: Vec<PageObs> = (0..4 * MB / 4096)
+            .map(|k| {
+                let tier = if (k * 4096 / MB) % 2 == 0 { 0 } else { 1 };
+                PageObs { pid: 1, addr: k * 4096, tier, node: tier, accessed: false, dirty: false }
+            })
+            .collect();
+        let fast = |obs: &Observations| -> Vec<u64> {
+            split_records(&[o], MB, obs).iter().map(|r| r.fast_bytes / (MB / 4)).collect()
+        };
+        let whole = Observations { page_bytes: 4096, pages: pages.clone(), scan_complete: true, ..Default::default() };
+        assert_eq!(fast(&whole), [4, 0, 4, 0], "in quarters of a MiB");
+        // a scan that saw only the second half this round (and completed): the first two
+        // records are shared in proportion, the others counted
+        let half = Observations { pages: pages[pages.len() / 2..].to_vec(), ..whole.clone() };
+        assert_eq!(fast(&half), [2, 2, 4, 0]);
+        // one that stopped inside record 1: records 0 counted, 1 on (not covered) shared
+        let part = Observations { pages: pages[..300].to_vec(), scan_complete: false, ..whole.clone() };
+        assert_eq!(fast(&part), [4, 2, 2, 2]);
+        // no scan (MAT alone): shared
+        assert_eq!(fast(&Observations { page_bytes: 4096, ..Default::default() }), [2, 2, 2, 2]);
+    }
 
     fn tiers(fast_cap: u64, fast_used: u64) -> Vec<TierObs> {
         vec![
@@ -492,6 +547,31 @@ mod tests {
         m.decide(&obs(o, vec![], 100 * MB));
         assert!((m.objects[&(1, 0)].tau - 2.61).abs() < 1e-9, "0.9 * 2.9");
         assert_eq!(m.objects[&(1, 0)].last_ns, Some(6));
+    }
+
+    #[test]
+    fn with_min_streak_a_burst_does_not_promote_and_steady_samples_do() {
+        // a slow object sampled once (a burst), another every interval: with min_streak 3 only
+        // the steady one is promoted, and only from its third sampled interval on
+        let run = |min_streak: u32| {
+            let mut m = Mat::new(Config { min_streak, ..Config::default() }, "mat");
+            let o = vec![obj(0, 1, 1, 1), obj(10, 1, 2, 1)];
+            (1..=6u64)
+                .map(|i| {
+                    let mut s = samples(10, 5, i);
+                    if i == 2 {
+                        s.extend(samples(0, 50, i));
+                    }
+                    moves(&m.decide(&obs(o.clone(), s, 100 * MB)))
+                })
+                .collect::<Vec<_>>()
+        };
+        let paper = run(0);
+        assert!(paper.iter().flatten().any(|&(at, to)| at == 0 && to == 0), "the burst promotes: {paper:?}");
+        let steady = run(3);
+        assert!(steady.iter().flatten().all(|&(at, _)| at == 10), "{steady:?}");
+        let first = steady.iter().position(|m| m.contains(&(10, 0)));
+        assert_eq!(first, Some(2), "promoted in its third interval: {steady:?}");
     }
 
     /// Three objects of 10 MiB, born in intervals 1, 2, 3 at 0, 10, 20 MiB; a fast tier that

@@ -12,7 +12,10 @@
 //!    objects are split into records of at most `record_max_fraction` (1/16) of the fast tier
 //!    (MAT's 64 MiB records, scaled to the fast tier), ranked by their sampled LLC misses per
 //!    byte and moved as units, with `hysteresis` (0.5): a record in the fast tier ranks as if
-//!    50 % hotter, so near-ties do not trade places every round. The records' fast set fills
+//!    50 % hotter, so near-ties do not trade places every round, and `min_streak` (3): a record
+//!    below the fast tier is promoted only once it has been sampled three rounds in a row (a
+//!    burst, such as an array's first fill, is not heat). Each record's residency is counted
+//!    from the round's scan ([`mat::split_records`]). The records' fast set fills
 //!    the budget first, whatever the pages hold: their samples say more than a page's bits, and
 //!    a move of a whole record is one decision instead of hundreds.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
@@ -33,11 +36,14 @@ pub struct Config {
     pub hysteresis: f64,
     /// share of the fast tier kept free by all three parts together (Ambix's 5 %)
     pub headroom: f64,
+    /// a record below the fast tier is promoted only once it has been sampled this many rounds
+    /// in a row
+    pub min_streak: u32,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, headroom: 0.05 }
+        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, headroom: 0.05, min_streak: 3 }
     }
 }
 
@@ -63,7 +69,12 @@ pub struct Strata {
 
 impl Strata {
     pub fn new(cfg: Config) -> Strata {
-        let m = mat::Config { priority: mat::Priority::Apb, hysteresis: cfg.hysteresis, ..mat::Config::default() };
+        let m = mat::Config {
+            priority: mat::Priority::Apb,
+            hysteresis: cfg.hysteresis,
+            min_streak: cfg.min_streak,
+            ..mat::Config::default()
+        };
         Strata {
             cfg,
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
@@ -90,7 +101,7 @@ impl Policy for Strata {
         // tracked objects, as records: their fast set fills the budget first
         let record =
             ((fast.capacity_bytes as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
-        let records = mat::split_records(&obs.objects, record);
+        let records = mat::split_records(&obs.objects, record, obs);
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
         let object_obs = Observations { objects: records, pages: Vec::new(), ..obs.clone() };
         self.objects.set_budget(Some(budget));
