@@ -213,7 +213,7 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
     if ratios.contains(&0.25) && !others.is_empty() {
         let _ = writeln!(
             s,
-            "| workload (25 % fast) | policy | x first-touch | x {kernel} | migrated MiB ({kernel}'s) |\n|---|---|---|---|---|"
+            "| workload (25 % fast) | policy | x first-touch | x {kernel} | migrated MiB ({kernel}'s) | ping-pong MiB |\n|---|---|---|---|---|---|"
         );
         for w in &workloads {
             let k = get(w, kernel, Some(0.25));
@@ -222,17 +222,48 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
                     let o = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
                     let _ = writeln!(
                         s,
-                        "| {w} | {p} | {} | {} | {} ({}) |",
+                        "| {w} | {p} | {} | {} | {} ({}) | {} |",
                         o(x.speedup_over_first_touch),
                         o(k.map(|k| x.figure / k.figure)),
                         x.migrated_bytes >> 20,
-                        k.map_or("-".into(), |k| format!("{}", k.migrated_bytes >> 20))
+                        k.map_or("-".into(), |k| format!("{}", k.migrated_bytes >> 20)),
+                        x.pingpong_bytes.map_or("-".into(), |b| format!("{}", b >> 20))
                     );
                 }
             }
         }
         s.push('\n');
     }
+    if ratios.len() > 1 {
+        savings_table(s, r, &workloads, &policies);
+    }
+}
+
+/// Issue #35's service-level savings: per workload and policy, the most of the footprint left in
+/// the slow tier (among the measured ratios) at 2 % and at 5 % slowdown from all-fast.
+fn savings_table(s: &mut String, r: &tiering::Report, workloads: &[&str], policies: &[&str]) {
+    let _ = writeln!(
+        s,
+        "Slow-tier share of the footprint at 2 % / 5 % slowdown from all-fast (the largest among the measured ratios; - : none):\n"
+    );
+    let _ = writeln!(s, "| workload | {} |\n|---|{}", policies.join(" | "), "---|".repeat(policies.len()));
+    let cell = |w: &str, p: &str, within: f64| {
+        tiering::slow_share(&r.rows, w, p, within).map_or("-".into(), |x| format!("{:.0} %", x * 100.0))
+    };
+    for w in workloads {
+        let cells: Vec<String> =
+            policies.iter().map(|p| format!("{} / {}", cell(w, p, 0.98), cell(w, p, 0.95))).collect();
+        let _ = writeln!(s, "| {w} | {} |", cells.join(" | "));
+    }
+    let forty: Vec<String> = policies
+        .iter()
+        .map(|p| {
+            let n =
+                workloads.iter().filter(|w| tiering::slow_share(&r.rows, w, p, 0.98).is_some_and(|x| x >= 0.4)).count();
+            format!("{n}")
+        })
+        .collect();
+    let _ = writeln!(s, "| workloads with 40 % or more slow at 2 % | {} |\n", forty.join(" | "));
 }
 
 fn daemon_table(s: &mut String, r: &daemon::Report) {

@@ -326,8 +326,9 @@ pub struct Row {
     pub refused_pages: u64,
     /// pages demoted within ten of the engine's periods of their promotion, in bytes, whoever
     /// moved them (the emulator's pingpong_window_ms)
-    #[serde(default)]
-    pub pingpong_bytes: u64,
+    /// (absent from runs before it was counted)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pingpong_bytes: Option<u64>,
     /// nomad and transactional movers: commits, aborts, copy-free demotions, shadows
     #[serde(default)]
     pub transactional: strata_emu::Transactional,
@@ -533,7 +534,7 @@ fn row(workload: &str, setup: &Setup, ratio: Option<f64>, preset: &str, ran: &Ra
         far_accesses,
         scanned_pages: rep.background.scanned_pages,
         refused_pages: refused,
-        pingpong_bytes: rep.pingpong_pages * 4096,
+        pingpong_bytes: Some(rep.pingpong_pages * 4096),
         transactional: rep.transactional.clone(),
         linux: rep.linux.clone(),
         thread_kernel_ms: rep.totals.kernel_ps as f64 / 1e9,
@@ -686,6 +687,18 @@ fn run_workload(mx: &Matrix, w: &str, setups: &[Setup], ratios: &[f64]) -> Resul
         r.speedup_over_tpp = t.map(|t| r.figure / t);
     }
     Ok(rows)
+}
+
+/// How much of the footprint a policy can leave in the slow tier (#35's savings): for
+/// `workload` under `policy`, the largest slow share (1 - fast ratio) among the measured ratios
+/// at which it runs at `within` of all-fast or better (0.98: a 2 % slowdown); None where no
+/// measured ratio does.
+pub fn slow_share(rows: &[Row], workload: &str, policy: &str, within: f64) -> Option<f64> {
+    rows.iter()
+        .filter(|r| r.workload == workload && r.policy == policy && r.fraction_of_all_fast >= within)
+        .filter_map(|r| r.fast_ratio)
+        .map(|f| 1.0 - f)
+        .max_by(f64::total_cmp)
 }
 
 impl Report {
@@ -846,5 +859,24 @@ mod tests {
         assert_eq!(o.machine.fast_ratio, vec![0.5, 0.25, 0.125]);
         assert_eq!((o.graph_ratio, o.size_mb), (Some(0.0625), 32));
         assert_eq!(SuiteOptions { quick: false, ..quick }.options().size_mb, 128);
+    }
+    #[test]
+    fn the_slow_share_is_the_largest_measured_one_within_the_slowdown() {
+        let row = |policy: &str, ratio: f64, of_fast: f64| -> Row {
+            serde_json::from_value(serde_json::json!({
+                "workload": "w", "policy": policy, "fast_ratio": ratio, "preset": "p", "figure": of_fast,
+                "unit": "ops/s", "speedup_over_first_touch": null, "speedup_over_tpp": null,
+                "fraction_of_all_fast": of_fast, "promoted_bytes": 0, "demoted_bytes": 0, "migrated_bytes": 0,
+                "policy_cpu_ms": 0.0, "hint_faults": 0, "footprint_bytes": 0, "fast_bytes": 0, "sim_ms": 0.0,
+                "wall_s": 0.0, "llc_misses": 0, "fast_accesses": 0, "far_accesses": 0, "scanned_pages": 0,
+                "refused_pages": 0, "engine": null
+            }))
+            .unwrap()
+        };
+        let rows = vec![row("a", 0.5, 0.99), row("a", 0.25, 0.97), row("a", 0.125, 0.90), row("b", 0.5, 0.94)];
+        assert_eq!(slow_share(&rows, "w", "a", 0.98), Some(0.5));
+        assert_eq!(slow_share(&rows, "w", "a", 0.95), Some(0.75));
+        assert_eq!(slow_share(&rows, "w", "b", 0.95), None);
+        assert_eq!(slow_share(&rows, "w", "c", 0.5), None);
     }
 }
