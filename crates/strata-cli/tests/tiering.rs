@@ -330,6 +330,22 @@ fn hmalloc_learns_to_send_a_cold_sites_allocations_to_the_slow_tier() {
     }
     assert_eq!(directive[0].as_deref(), Some("slow"), "the coldest site: {directive:?}");
     assert_eq!(directive[7].as_deref(), Some("fast"), "the hottest site: {directive:?}");
+
+    // where the memory landed: the workload's share of each site's pages on the fast node at
+    // each generation's end. The first generation is first touch (the coldest sites, allocated
+    // first, take the fast tier); from the third on, the two hottest sites (16 MiB, the fast
+    // tier less what the rest of the program holds) have it and the coldest has none. (An
+    // epoch that ended between generations, when the program had just freed its arrays, once
+    // sized the knapsack to what was left and sent the hot sites to the slow tier.)
+    let at = program.find("\"placement\":").expect("the workload reports placement") + "\"placement\":".len();
+    let mut de = serde_json::Deserializer::from_str(&program[at..]);
+    let placement: Vec<Vec<f64>> = serde::Deserialize::deserialize(&mut de).unwrap();
+    assert_eq!(placement.len(), 8, "{placement:?}");
+    assert!(placement[0][0] > 0.9, "first touch fills the fast tier with the coldest site: {placement:?}");
+    for g in &placement[2..] {
+        assert!(g[6] > 0.9 && g[7] > 0.6, "the hot sites are fast: {placement:?}");
+        assert!(g[0] < 0.1, "the coldest site is slow: {placement:?}");
+    }
     let _ = std::fs::remove_file(cfg);
 }
 

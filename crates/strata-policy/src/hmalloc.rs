@@ -82,6 +82,8 @@ pub struct Hmalloc {
     /// events in the current epoch so far, and its length
     events: u64,
     epoch_len: u64,
+    /// the most memory in use (all tiers) at any round of the epoch
+    peak_used: u64,
     /// the lengths of the epochs that ended
     pub epochs: Vec<u64>,
     contexts: HashMap<(u32, u32), Epoch>,
@@ -97,6 +99,7 @@ impl Hmalloc {
             cfg,
             events: 0,
             epoch_len,
+            peak_used: 0,
             epochs: Vec::new(),
             contexts: HashMap::new(),
             directives: HashMap::new(),
@@ -123,6 +126,8 @@ impl Hmalloc {
             }
         }
         self.events += obs.samples.len() as u64;
+        let used: u64 = obs.tiers.iter().map(|t| t.capacity_bytes.saturating_sub(t.free_bytes)).sum();
+        self.peak_used = self.peak_used.max(used);
         for c in &obs.contexts {
             let e = self.contexts.entry((c.pid, c.index)).or_default();
             // allocations and frees since the last round count as events
@@ -137,7 +142,10 @@ impl Hmalloc {
         self.epochs.push(self.epoch_len);
         self.epoch_len = ((self.epoch_len as f64 * self.cfg.epoch_growth) as u64).min(self.cfg.epoch_max);
         self.events = 0;
-        let used: u64 = obs.tiers.iter().map(|t| t.capacity_bytes.saturating_sub(t.free_bytes)).sum();
+        // the epoch's peak, not this round's: an epoch that ends just after the program freed
+        // most of its memory (multi-site between generations) made a knapsack of what little
+        // was left, and sent the hot contexts' next objects to the slow tier
+        let used = std::mem::take(&mut self.peak_used);
         let fast = obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| t.capacity_bytes);
         let capacity = match self.capacity_bytes {
             Some(b) => b.min(used),
@@ -225,6 +233,36 @@ impl Policy for Hmalloc {
 
     fn needs(&self) -> Needs {
         Needs { samples: true, objects: true, contexts: true, ..Needs::default() }
+    }
+}
+
+/// `hmalloc:ambix`, hmalloc as its paper ran it (seed 001): hmalloc decides where objects are
+/// born, and Ambix, beside it, moves pages (the objects' too) with its own rules and defaults,
+/// demoting what has gone cold so that the hot contexts' next objects find room.
+pub struct WithAmbix {
+    births: Hmalloc,
+    pages: crate::ambix::Ambix,
+}
+
+impl WithAmbix {
+    pub fn new(cfg: Config) -> WithAmbix {
+        WithAmbix { births: Hmalloc::new(cfg), pages: crate::ambix::Ambix::new(crate::ambix::Config::default()) }
+    }
+}
+
+impl Policy for WithAmbix {
+    fn name(&self) -> &'static str {
+        "hmalloc:ambix"
+    }
+
+    fn decide(&mut self, obs: &Observations) -> Vec<Action> {
+        let mut actions = self.births.decide(obs);
+        actions.extend(self.pages.decide(obs));
+        actions
+    }
+
+    fn needs(&self) -> Needs {
+        Needs { scan: true, ..self.births.needs() }
     }
 }
 

@@ -12,7 +12,8 @@
 //! Policies: `first-touch` (moves nothing: the baseline), `ambix` (seed 001 §3.2), `mat` with
 //! its priorities `mat:fifo`, `mat:lru`, `mat:apb` (seed 003), `proactive` (MAT with per-site
 //! placement, seed 003 §3.5), `hmalloc` (first placement by context, seed 001 §3.1) and
-//! `dram-first` (several fast nodes before the slow tier, seed 002), and `strata`, the default,
+//! `dram-first` (several fast nodes before the slow tier, seed 002), `hmalloc:ambix` (the two
+//! as seed 001 ran them), and `strata`, the default,
 //! which combines hmalloc's first placement, MAT's whole-object moves and Ambix's page scoring.
 //! The field's policies, the baselines Strata is measured against ([`PEERS`]): `damon` (Linux
 //! 6.16's DAMON tiering recipe), `memtierd` (its heat policy) and `hybridtier` (HybridTier's
@@ -291,7 +292,8 @@ pub const PEERS: &[&str] = &["damon", "memtierd", "hybridtier"];
 pub const DEFAULT_POLICY: &str = "strata";
 
 /// The variants the registry knows, by policy.
-pub const VARIANTS: &[(&str, &[&str])] = &[("mat", &["fifo", "lru", "apb"]), ("proactive", &["fifo", "lru", "apb"])];
+pub const VARIANTS: &[(&str, &[&str])] =
+    &[("mat", &["fifo", "lru", "apb"]), ("proactive", &["fifo", "lru", "apb"]), ("hmalloc", &["ambix"])];
 
 /// The policy of a name with its variant (`mat:lru` -> `mat`).
 pub fn base_name(name: &str) -> &str {
@@ -346,7 +348,10 @@ pub fn create(name: &str, config: Option<&toml::Table>) -> Result<Box<dyn Policy
         "hmalloc" => {
             let c: hmalloc::Config = parse_config(base, config)?;
             c.check().map_err(bad)?;
-            Ok(Box::new(hmalloc::Hmalloc::new(c)))
+            match variant {
+                Some(_) => Ok(Box::new(hmalloc::WithAmbix::new(c))),
+                None => Ok(Box::new(hmalloc::Hmalloc::new(c))),
+            }
         }
         "strata" => {
             let c: strata::Config = parse_config(base, config)?;

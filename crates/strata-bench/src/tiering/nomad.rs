@@ -125,6 +125,7 @@ fn micro(name: &str, cold_bytes: usize, wss_bytes: usize, write: bool, rounds: u
         checksum: std::hint::black_box(sum),
         sites: Vec::new(),
         rounds: figures,
+        placement: Vec::new(),
     }
 }
 

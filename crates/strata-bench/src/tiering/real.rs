@@ -174,6 +174,7 @@ fn server(
             checksum: loaded,
             sites: Vec::new(),
             rounds: Vec::new(),
+            placement: Vec::new(),
         },
         run,
     ))
@@ -273,6 +274,7 @@ fn liblinear(
             checksum: written,
             sites: Vec::new(),
             rounds: Vec::new(),
+            placement: Vec::new(),
         },
         run,
     ))

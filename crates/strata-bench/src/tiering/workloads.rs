@@ -45,6 +45,10 @@ pub struct Outcome {
     /// a workload timed in rounds (Nomad's micro-benchmark): each round's figure, in order
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<f64>,
+    /// multi-site on the emulated machine: per generation, per site (coldest first), the share
+    /// of its arrays' pages on the fastest node at the generation's end
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<Vec<f64>>,
 }
 
 /// A deterministic generator (splitmix64).
@@ -92,6 +96,7 @@ pub(crate) fn timed(workload: &str, ops: u64, allocated_bytes: u64, f: impl FnOn
         checksum,
         sites: Vec::new(),
         rounds: Vec::new(),
+        placement: Vec::new(),
     }
 }
 
@@ -190,6 +195,7 @@ fn ycsb(size_mb: u64, ops: u64, letter: &str) -> Result<Outcome, Error> {
         checksum: store.len() as u64,
         sites: Vec::new(),
         rounds: Vec::new(),
+        placement: Vec::new(),
     })
 }
 
@@ -272,6 +278,27 @@ const SITES: [fn(usize) -> *mut u64; 8] = [
     site_alloc::<7>,
 ];
 
+/// The share of the pages of `arrays` (each `bytes` long) on the emulated machine's fastest
+/// node (0), or None on a real machine (the emulator's strata_emu_node_of is not there).
+fn fast_share(arrays: &[*mut u64], bytes: usize) -> Option<f64> {
+    type NodeOf = unsafe extern "C" fn(*const libc::c_void) -> libc::c_int;
+    static NODE_OF: std::sync::OnceLock<Option<NodeOf>> = std::sync::OnceLock::new();
+    let node_of = (*NODE_OF.get_or_init(|| {
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"strata_emu_node_of".as_ptr()) };
+        // SAFETY: the emulator's function has this signature (include/strata_emu.h)
+        (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, NodeOf>(f) })
+    }))?;
+    let (mut fast, mut all) = (0u64, 0u64);
+    for a in arrays {
+        for off in (0..bytes).step_by(4096) {
+            let node = unsafe { node_of((*a as *const u8).add(off) as *const libc::c_void) };
+            all += u64::from(node >= 0);
+            fast += u64::from(node == 0);
+        }
+    }
+    Some(if all == 0 { 0.0 } else { fast as f64 / all as f64 })
+}
+
 /// Generations of: every array freed, all allocated again (coldest site first), then lookups
 /// spread over the sites by their weights, each a random read and an update at the place the
 /// value read points to (two dependent misses, as a hash table's bucket and entry).
@@ -283,9 +310,14 @@ fn multi_site(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
     let mut arrays: Vec<*mut u64> = Vec::new();
     let allocated = (words * WORD * SITES.len() * ARRAYS_PER_SITE) as u64;
     let mut failed_alloc = false;
+    let mut placement = Vec::new();
     let out = timed("multi-site", ops, allocated, || {
         let mut sum = 0u64;
         for g in 0..GENERATIONS {
+            if !arrays.is_empty() {
+                let shares = arrays.chunks(ARRAYS_PER_SITE).map(|site| fast_share(site, words * WORD));
+                placement.push(shares.collect::<Option<Vec<f64>>>());
+            }
             for p in arrays.drain(..) {
                 unsafe { libc::free(p as *mut libc::c_void) };
             }
@@ -313,13 +345,17 @@ fn multi_site(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
         }
         sum
     });
+    if !arrays.is_empty() {
+        placement.push(arrays.chunks(ARRAYS_PER_SITE).map(|site| fast_share(site, words * WORD)).collect());
+    }
     for p in arrays {
         unsafe { libc::free(p as *mut libc::c_void) };
     }
     if failed_alloc {
         return Err(failed("multi-site: an allocation failed"));
     }
-    Ok(Outcome { sites: SITES.iter().map(|f| *f as usize as u64).collect(), ..out })
+    let placement = placement.into_iter().collect::<Option<Vec<_>>>().unwrap_or_default();
+    Ok(Outcome { sites: SITES.iter().map(|f| *f as usize as u64).collect(), placement, ..out })
 }
 
 /// The default operations of a workload's measured phase, for a footprint of size_mb.
