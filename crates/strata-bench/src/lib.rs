@@ -31,9 +31,13 @@ pub mod ycsb;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Options that make no sense together (the message says which).
+    /// A usage error: options that make no sense together, an unknown name (the message says
+    /// which). The CLI exits with 2 for it.
     #[error("{0}")]
     Invalid(String),
+    /// A configuration file the command was given is wrong (the message says where).
+    #[error("{0}")]
+    Config(String),
     /// Something `make` builds is missing.
     #[error(transparent)]
     NotBuilt(#[from] strata_util::NotBuilt),

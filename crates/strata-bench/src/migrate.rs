@@ -482,9 +482,7 @@ fn fast_and_slow() -> Result<(u8, u8), Error> {
     let last = topo.nodes.iter().map(|n| n.tier).max().unwrap_or(0);
     match (node_of(0), node_of(last)) {
         (Some(f), Some(s)) if last > 0 => Ok((f as u8, s as u8)),
-        _ => Err(Error::Invalid(
-            "this machine has one tier: pages have nowhere to move (--vm runs in the two-tier guest)".into(),
-        )),
+        _ => Err(failed("this machine has one tier: pages have nowhere to move (--vm runs in the two-tier guest)")),
     }
 }
 

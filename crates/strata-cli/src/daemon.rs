@@ -45,6 +45,9 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     if a.probe {
         return probe(a.json);
     }
+    if let Some(p) = &a.policy {
+        crate::known_policy(p)?;
+    }
     let options = stratad::daemon::Options {
         config: config.map(Path::to_path_buf),
         policy: a.policy,

@@ -240,6 +240,9 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
     }
     a.machine.apply(&mut m)?;
     // a policy the engine does not know is refused before anything runs
+    if let Some(p) = &a.policy {
+        crate::known_policy(p)?;
+    }
     let engine =
         a.policy.as_deref().map(|p| stratad::emulated::EngineSpec::new(p, a.policy_config.as_deref())).transpose()?;
     let mut footprint = None;

@@ -90,6 +90,30 @@ enum Command {
     Manpages { dir: std::path::PathBuf },
 }
 
+/// A usage error the CLI finds itself, after clap: exit code 2, as clap's own.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+/// A `--policy` name the registry knows (with its variant), or a usage error naming the known
+/// ones: checked before anything starts.
+pub fn known_policy(name: &str) -> Result<(), Usage> {
+    strata_policy::create(name, None).map(drop).map_err(|e| Usage(format!("--policy: {e}")))
+}
+
+/// Whether an error is a usage error (exit code 2, as clap's): an option that makes no sense,
+/// a value out of range, an unknown name. Everything else (a file, the machine, a run) is 1.
+fn is_usage(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<Usage>().is_some()
+            || matches!(
+                c.downcast_ref::<strata_bench::Error>(),
+                Some(strata_bench::Error::Invalid(_) | strata_bench::Error::Emu(strata_emu::Error::Invalid(_)))
+            )
+            || matches!(c.downcast_ref::<strata_emu::Error>(), Some(strata_emu::Error::Invalid(_)))
+    })
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = config::load(cli.config.as_deref()).and_then(|_| match cli.command {
@@ -120,7 +144,7 @@ fn main() {
                 std::process::exit(0);
             }
             eprintln!("strata: {e:#}");
-            std::process::exit(1);
+            std::process::exit(if is_usage(&e) { 2 } else { 1 });
         }
     }
 }

@@ -127,7 +127,7 @@ impl ReportTo {
             // SAFETY: dup of a descriptor checked open; the copy is this File's own
             let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
             if fd < 0 || copy < 0 {
-                bail!("--report-fd {fd}: not an open descriptor");
+                return Err(crate::Usage(format!("--report-fd {fd}: not an open descriptor")).into());
             }
             return Ok(Some(ReportTo::Fd(unsafe { std::fs::File::from_raw_fd(copy) })));
         }

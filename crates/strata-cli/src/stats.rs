@@ -34,7 +34,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     if a.watch.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
-        anyhow::bail!("--watch takes a positive number of seconds");
+        return Err(crate::Usage("--watch takes a positive number of seconds".into()).into());
     }
     if let Some(addr) = a.metrics {
         return crate::metrics::serve(addr, crate::config::socket(a.socket), a.top);

@@ -40,7 +40,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             set_default_env("STRATA_SYSFS", a.sysfs.as_deref());
             // an explicit override is checked, not quietly ignored as libstrata must
             let root = std::env::var("STRATA_SYSFS").unwrap_or_else(|_| "/sys".into());
-            strata_topo::discover_at(std::path::Path::new(&root), std::env::var("STRATA_TIERS").ok().as_deref())?;
+            let tiers = std::env::var("STRATA_TIERS").ok();
+            strata_topo::discover_at(std::path::Path::new(&root), tiers.as_deref()).map_err(|e| match e {
+                // --tiers is an argument: a bad one is a usage error
+                strata_topo::TopoError::BadOverride(_) if a.tiers.is_some() => {
+                    anyhow::Error::from(crate::Usage(e.to_string()))
+                }
+                e => e.into(),
+            })?;
             strata_topo::process()
         }
     };

@@ -52,7 +52,7 @@ fn topo_from_a_fixture_and_an_override() {
     let v = json(&["topo", "--sysfs", fx, "--tiers", "1;0", "--json"]);
     assert_eq!(v["tiers"][0]["nodes"][0], 1);
     let (code, _, err) = strata(&["topo", "--sysfs", fx, "--tiers", "0;7"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a usage error");
     assert!(err.contains("not valid"), "{err}");
 }
 
@@ -90,16 +90,17 @@ fn alloc_bench_reports_every_allocator_and_benchmark() {
 
 #[test]
 fn bad_input_gets_a_clear_error() {
+    // usage errors found after the arguments are parsed exit 2, as clap's own
     let (code, _, err) = strata(&["topo", "--emulate", "nosuch"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("unknown preset 'nosuch'") && err.contains("strata emu settings"), "{err}");
     let (code, _, _) = strata(&["topo", "--scale", "2"]); // needs --emulate
     assert_eq!(code, 2);
     let (code, _, err) = strata(&["bench", "locality", "--node-bytes", "8"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("at least 16"), "{err}");
     let (code, _, err) = strata(&["bench", "alloc", "--only", "nonsense"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("unknown benchmark"), "{err}");
     let (code, _, err) = strata(&["topo", "--emulate", "m2t", "--fast-bytes", "12Q"]);
     assert_eq!(code, 2);
@@ -300,7 +301,7 @@ fn the_report_never_touches_the_programs_output() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
     assert!(v["processes"].as_array().is_some_and(|p| !p.is_empty()), "{v}");
     let (code, _, err) = strata(&["run", "--lib", &lib, "--report-fd", "77", "--", "true"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a usage error");
     assert!(err.contains("not an open descriptor"), "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -447,7 +448,7 @@ fn ycsb_bench_json_shape_and_plots() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     let (code, _, err) = strata(&["bench", "ycsb", "--theta", "3", "-q"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("0.25 and 2.0"), "{err}");
 }
 

@@ -59,7 +59,7 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
         assert!(err.contains("needs page scans") && err.contains("--probe"), "{err}");
     }
     let (code, _, err) = strata(&["daemon", "--policy", "no-such-policy", "--rounds", "1", "--socket", &sock]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "a usage error");
     assert!(err.contains("no-such-policy"), "{err}");
 }
 

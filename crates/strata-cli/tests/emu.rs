@@ -417,7 +417,7 @@ fn ycsb_on_the_emulated_machine() {
     ] {
         let o =
             strata().args(["bench", "ycsb", "-q", "--records", "100", "--ops", "100"]).args(&args).output().unwrap();
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(o.status.code(), Some(2), "a usage error: {args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
@@ -530,7 +530,7 @@ int main(void) {
 #[test]
 fn unknown_packages_are_clear_errors() {
     let o = strata().args(["emu", "pkg", "build", "no-such-program"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2), "an unknown name is a usage error");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no recipe") && err.contains("redis, memcached, liblinear"), "{err}");
 }

@@ -139,7 +139,7 @@ fn bad_policies_and_configurations_are_refused_by_name() {
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
     let (code, err) = run(&["--policy", "nosuch"]);
-    assert_eq!(code, Some(1));
+    assert_eq!(code, Some(2), "a usage error");
     assert!(err.contains("no policy 'nosuch'") && err.contains("ambix"), "{err}");
     let bad = config("bad", "[policy.ambix]\nmin_scan = 3\n");
     let (code, err) = run(&["--policy", "ambix", "--policy-config", bad.to_str().unwrap()]);
@@ -152,7 +152,7 @@ fn bad_policies_and_configurations_are_refused_by_name() {
     let (_, err) = run(&["--policy", "ambix", "--policy-config", bad.to_str().unwrap()]);
     assert!(err.contains("unknown field `period`") && err.contains("line 2"), "{err}");
     let o = strata().args(["bench", "tiering", "-q", "--policies", "first-touch,nosuch"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2), "a usage error");
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy 'nosuch'"));
     let o = strata().args(["bench", "tiering", "-q", "--workloads", "nosuch"]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown workload 'nosuch'"));

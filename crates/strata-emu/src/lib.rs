@@ -29,7 +29,8 @@ pub use run::{footprint_bytes, run_emulated, spawn_emulated, Emulated, Run, RunO
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A machine, setting or argument the emulator cannot run with (the message says which).
+    /// A usage error: a machine, setting or argument the emulator cannot run with (the message
+    /// says which). The CLI exits with 2 for it.
     #[error("{0}")]
     Invalid(String),
     /// Something `make` builds is missing.

@@ -129,7 +129,7 @@ impl Built {
             .iter()
             .find(|b| b.file_name().is_some_and(|f| f == file))
             .map(PathBuf::as_path)
-            .ok_or_else(|| Error::Invalid(format!("{} has no binary {file}", self.name)))
+            .ok_or_else(|| Error::Failed(format!("{} has no binary {file}", self.name)))
     }
 }
 
@@ -171,7 +171,7 @@ pub fn built(name: &str) -> Result<Option<Built>, Error> {
 pub fn require(name: &str) -> Result<Built, Error> {
     recipe(name)?;
     built(name)?.ok_or_else(|| {
-        Error::Invalid(format!("{name} is not built for the emulated machine: run `strata emu pkg build {name}`"))
+        Error::Failed(format!("{name} is not built for the emulated machine: run `strata emu pkg build {name}`"))
     })
 }
 
@@ -186,7 +186,7 @@ pub fn release() -> Result<String, Error> {
         .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
         .map(|v| v.trim_matches('"').to_string())
         .filter(|v| !v.is_empty())
-        .ok_or_else(|| Error::Invalid("/etc/os-release names no VERSION_CODENAME: set STRATA_DEBIAN_RELEASE".into()))
+        .ok_or_else(|| Error::Failed("/etc/os-release names no VERSION_CODENAME: set STRATA_DEBIAN_RELEASE".into()))
 }
 
 /// The upstream part of a Debian version: no epoch, no Debian revision.

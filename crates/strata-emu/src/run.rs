@@ -127,7 +127,7 @@ impl Emulated {
             eprint!("{}", String::from_utf8_lossy(&o.stderr));
         }
         let text = std::fs::read_to_string(&report).map_err(|_| {
-            Error::Invalid(format!(
+            Error::Failed(format!(
                 "{prog} did not run on the emulated machine (no report): build it with \
                  `strata emu cc` or `strata emu cargo` so it is linked with libstrata_emu.so"
             ))

@@ -100,7 +100,7 @@ pub fn cargo_command(args: &[String]) -> Result<Command, Error> {
 pub fn emu_strata() -> Result<PathBuf, Error> {
     let p = cargo_target_dir().join(host_triple()?).join("release/strata");
     if !p.is_file() {
-        return Err(Error::Invalid(format!("{} not found: build it with `make emu`", p.display())));
+        return Err(Error::Failed(format!("{} not found: build it with `make emu`", p.display())));
     }
     Ok(p)
 }

@@ -231,7 +231,7 @@ impl EngineFiles {
     pub(crate) fn write(config: stratad::Config, setups: &[Setup]) -> Result<EngineFiles, Error> {
         for s in setups {
             if let Setup::Engine(p, _) = s {
-                config.check(p).map_err(|e| Error::Invalid(e.to_string()))?;
+                config.check(p).map_err(|e| Error::Config(e.to_string()))?;
             }
         }
         let dir = std::env::temp_dir();
@@ -254,7 +254,7 @@ impl EngineFiles {
         for s in setups {
             let Setup::Engine(p, _) = s else { continue };
             let table = files.config.policy.get(strata_policy::base_name(p)).and_then(|v| v.as_table());
-            let made = strata_policy::create(p, table).map_err(|e| Error::Invalid(e.to_string()))?;
+            let made = strata_policy::create(p, table).map_err(|e| Error::Config(e.to_string()))?;
             if let Some(ms) = made.round_ms() {
                 let mut own = files.config.clone();
                 own.scanner.period_ms = ms;
@@ -446,10 +446,7 @@ impl<'a> Matrix<'a> {
         a.machine.apply(&mut machine)?;
         ensure(a.sample_period > 0, || "--sample-period must be positive".into())?;
         let preload = match a.allocator.as_str() {
-            "strata" => Some(
-                strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")
-                    .map_err(|e| Error::Invalid(e.to_string()))?,
-            ),
+            "strata" => Some(strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")?),
             _ => None,
         };
         let cfg = engine_config(
@@ -556,7 +553,7 @@ pub(crate) fn engine_config(
     footprint_mb: f64,
 ) -> Result<stratad::Config, Error> {
     let mut cfg = match policy_config {
-        Some(p) => stratad::Config::load(p, "first-touch").map_err(|e| Error::Invalid(e.to_string()))?,
+        Some(p) => stratad::Config::load(p, "first-touch").map_err(|e| Error::Config(e.to_string()))?,
         None => stratad::Config::default(),
     };
     cfg.scanner.period_ms = period_ms;
@@ -598,7 +595,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             },
         )?;
         if let Some(p) = real::package(w) {
-            strata_emu::pkg::require(p).map_err(|e| Error::Invalid(e.to_string()))?;
+            strata_emu::pkg::require(p)?;
         }
     }
     let setups = setups(&a.policies)?;

@@ -71,7 +71,7 @@ pub fn run(
     ops: Option<u64>,
 ) -> Result<RealRun, Error> {
     let name = package(workload).ok_or_else(|| Error::Invalid(format!("{workload} is not a real program")))?;
-    let built = pkg::require(name).map_err(|e| Error::Invalid(e.to_string()))?;
+    let built = pkg::require(name)?;
     let (outcome, run) = match workload {
         "liblinear" => liblinear(&built, m, env, size_mb)?,
         _ => server(workload, &built, m, env, size_mb, ops)?,
