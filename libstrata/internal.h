@@ -362,6 +362,7 @@ void _strata_context_alloc(uint32_t idx, size_t requested, size_t usable);
 void _strata_context_free(uint32_t idx, size_t usable);
 void _strata_context_grow(uint32_t idx, size_t bytes); /* an object grew in place */
 void _strata_context_flush(void);                /* this thread's pending counts */
+uint64_t _strata_context_peak(uint32_t idx);      /* its most live bytes at once (so far) */
 void _strata_contexts_start(void);
 bool _strata_in_capture(void);
 void _strata_set_in_capture(bool v);

@@ -136,11 +136,30 @@ uint32_t _strata_context_of(size_t size, void *ret, void *frame) {
 typedef struct pending_s {
   uint32_t idx, events;
   int64_t allocs, frees, live_bytes, bytes_allocated;
+  int64_t live_peak; /* the highest live_bytes reached since the last flush */
 } pending_t;
 static __thread pending_t pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
 static pthread_key_t pending_key;
 static pthread_once_t pending_once = PTHREAD_ONCE_INIT;
 static __thread bool pending_registered __attribute__((tls_model("initial-exec")));
+
+/* Each context's peak of live bytes, for the report: libstrata's own (the channel's layout is
+ * the daemon's contract). Each thread's pending counts keep the highest point their live delta
+ * reached, added to the shared count when they are flushed: exact for one thread, and for
+ * several as close as their counts are to each other's. */
+static _Atomic uint64_t peak_live[STRATA_CONTEXT_CAPACITY];
+
+uint64_t _strata_context_peak(uint32_t idx) {
+  return idx < STRATA_CONTEXT_CAPACITY ? atomic_load_explicit(&peak_live[idx], memory_order_relaxed) : 0;
+}
+
+static void peak_update(uint32_t idx, uint64_t live) {
+  if (idx >= STRATA_CONTEXT_CAPACITY || (int64_t)live < 0) return; /* frees counted before their allocations */
+  uint64_t seen = atomic_load_explicit(&peak_live[idx], memory_order_relaxed);
+  while (live > seen &&
+         !atomic_compare_exchange_weak_explicit(&peak_live[idx], &seen, live, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
 
 static void pending_flush(pending_t *q) {
   strata_context_t *c = _strata_context(q->idx);
@@ -148,7 +167,8 @@ static void pending_flush(pending_t *q) {
     atomic_fetch_add_explicit(CTR(c, allocs), (uint64_t)q->allocs, memory_order_relaxed);
     atomic_fetch_add_explicit(CTR(c, frees), (uint64_t)q->frees, memory_order_relaxed);
     atomic_fetch_add_explicit(CTR(c, live_objects), (uint64_t)(q->allocs - q->frees), memory_order_relaxed);
-    atomic_fetch_add_explicit(CTR(c, live_bytes), (uint64_t)q->live_bytes, memory_order_relaxed);
+    uint64_t before = atomic_fetch_add_explicit(CTR(c, live_bytes), (uint64_t)q->live_bytes, memory_order_relaxed);
+    if (q->live_peak > 0) peak_update(q->idx, before + (uint64_t)q->live_peak);
     atomic_fetch_add_explicit(CTR(c, bytes_allocated), (uint64_t)q->bytes_allocated, memory_order_relaxed);
   }
   memset(q, 0, sizeof *q);
@@ -182,6 +202,7 @@ static inline void pending_count(uint32_t idx, int64_t allocs, int64_t frees, in
   q->allocs += allocs;
   q->frees += frees;
   q->live_bytes += live;
+  if (q->live_bytes > q->live_peak) q->live_peak = q->live_bytes;
   q->bytes_allocated += allocated;
   if (++q->events >= PENDING_MAX) pending_flush(q);
 }

@@ -86,12 +86,13 @@ void _strata_report_write(void) {
     char dbuf[24];
     _strata_json_put(&o, "%s{\"index\":%llu,\"id\":\"%016llx\",\"size_class\":%u,\"class_bytes\":%zu,\"directive\":\"%s\","
             "\"rule\":%u,\"allocs\":%llu,\"frees\":%llu,\"live_objects\":%llu,\"live_bytes\":%llu,"
-            "\"bytes_allocated\":%llu,",
+            "\"peak_live_bytes\":%llu,\"bytes_allocated\":%llu,",
         first ? "" : ",", (unsigned long long)i, (unsigned long long)c->id, c->size_class,
         c->size_class ? _strata_class_size(c->size_class) : (size_t)0,
         directive_name(c->directive, dbuf, sizeof dbuf), c->rule, (unsigned long long)c->allocs,
         (unsigned long long)c->frees, (unsigned long long)c->live_objects,
-        (unsigned long long)c->live_bytes, (unsigned long long)c->bytes_allocated);
+        (unsigned long long)c->live_bytes, (unsigned long long)_strata_context_peak((uint32_t)i),
+        (unsigned long long)c->bytes_allocated);
     first = 0;
     /* where the context's live tracked objects are, asked of the machine */
     strata_residency_t total, r;

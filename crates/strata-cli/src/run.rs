@@ -19,8 +19,9 @@ use strata_util::size::format as bytes;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Write a per-context report when the program exits (top contexts by bytes allocated and
-    /// by live bytes, with stacks, directives, and where tracked objects are) to FILE, by
+    /// Write a per-context report when the program exits (totals; top contexts by bytes
+    /// allocated and by peak live bytes, with stacks, directives, and where tracked objects are;
+    /// a legend; the rules that place each context where it ended, for --rules) to FILE, by
     /// default strata-report.COMMAND.PID.txt (.json with --json) in the current folder; its path
     /// is said on stderr. Never written into the program's output
     #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
@@ -263,26 +264,38 @@ fn report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<String> {
     let mut s = String::new();
     for r in reports.iter().take(1) {
         let ctxs = r["contexts"].as_array().cloned().unwrap_or_default();
+        let n = |c: &Value, k: &str| c[k].as_u64().unwrap_or(0);
+        let allocated: u64 = ctxs.iter().map(|c| n(c, "bytes_allocated")).sum();
+        let allocs: u64 = ctxs.iter().map(|c| n(c, "allocs")).sum();
         let _ = writeln!(
             s,
             "\n== Strata report: pid {} ({}), {} contexts{}",
             r["pid"],
             r["exe"].as_str().unwrap_or("?"),
             ctxs.len(),
-            if r["contexts_dropped"].as_u64().unwrap_or(0) > 0 {
+            if n(r, "contexts_dropped") > 0 {
                 format!(", {} allocations without a context (table full)", r["contexts_dropped"])
             } else {
                 String::new()
             }
         );
-        for (title, key) in [("by bytes allocated", "bytes_allocated"), ("by live bytes", "live_bytes")] {
-            let mut v: Vec<&Value> = ctxs.iter().filter(|c| c[key].as_u64().unwrap_or(0) > 0).collect();
-            v.sort_by_key(|c| std::cmp::Reverse(c[key].as_u64().unwrap_or(0)));
-            let _ = writeln!(s, "\ntop contexts {title}:");
+        let _ = writeln!(s, "{} allocated in {allocs} allocations", bytes(allocated));
+        for (title, key) in [("by bytes allocated", "bytes_allocated"), ("by peak live bytes", "peak_live_bytes")] {
+            let mut v: Vec<&Value> = ctxs.iter().filter(|c| n(c, key) > 0).collect();
+            v.sort_by_key(|c| std::cmp::Reverse(n(c, key)));
+            let all: u64 = v.iter().map(|c| n(c, key)).sum();
+            let top: u64 = v.iter().take(a.top).map(|c| n(c, key)).sum();
             let _ = writeln!(
                 s,
-                "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} resident (tracked)",
-                "id", "class", "allocs", "live", "allocated", "live bytes", "directive"
+                "\ntop {} contexts {title} (they hold {:.0} % of all contexts' {}):",
+                a.top.min(v.len()),
+                if all > 0 { top as f64 * 100.0 / all as f64 } else { 0.0 },
+                if key == "bytes_allocated" { "bytes allocated" } else { "peaks" }
+            );
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>9} {:>10} {:>11} {:>11} {:>11} {:<9} resident (tracked)",
+                "id", "class", "allocs", "allocated", "peak live", "at exit", "directive"
             );
             for c in v.iter().take(a.top) {
                 let res: Vec<String> = c["resident_node_bytes"]
@@ -291,16 +304,16 @@ fn report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<String> {
                     .unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "  {:<16} {:>9} {:>10} {:>10} {:>11} {:>11} {:<9} {}",
+                    "  {:<16} {:>9} {:>10} {:>11} {:>11} {:>11} {:<9} {}",
                     c["id"].as_str().unwrap_or("?"),
                     match c["class_bytes"].as_u64() {
                         Some(0) | None => "large".into(),
                         Some(b) => bytes(b),
                     },
-                    c["allocs"].as_u64().unwrap_or(0),
-                    c["live_objects"].as_u64().unwrap_or(0),
-                    bytes(c["bytes_allocated"].as_u64().unwrap_or(0)),
-                    bytes(c["live_bytes"].as_u64().unwrap_or(0)),
+                    n(c, "allocs"),
+                    bytes(n(c, "bytes_allocated")),
+                    bytes(n(c, "peak_live_bytes")),
+                    bytes(n(c, "live_bytes")),
                     c["directive"].as_str().unwrap_or("?"),
                     if res.is_empty() { "-".into() } else { res.join(", ") }
                 );
@@ -318,9 +331,89 @@ fn report(dir: &Path, pid: u32, a: &Args) -> anyhow::Result<String> {
                 }
             }
         }
+        s += LEGEND;
+        let topo = strata_topo::process();
+        match suggested_rules(r, |node| topo.nodes.iter().find(|n| n.id as u64 == node).map(|n| n.tier)) {
+            Some(rules) => {
+                let _ = write!(s, "\nsuggested rules (save them to a file for --rules):\n{rules}");
+            }
+            None => {
+                s += "\nno rules suggested: the tracked objects at exit were all on one tier (no daemon moved them, \
+                           or the machine has one)\n"
+            }
+        }
     }
     if reports.len() > 1 {
         let _ = writeln!(s, "\n({} more processes reported; --json shows them all)", reports.len() - 1);
     }
     Ok(s)
+}
+
+const LEGEND: &str = "
+legend:
+  id          the context (call stack and size class): the same in every run of the same
+              binaries; an `id=` rule in a --rules file matches it
+  class       the size class of its allocations (large: above 64 KiB)
+  allocs      allocations made; allocated: the bytes they asked for
+  peak live   the most of its memory live at once, as the allocator gave it (its size class, or
+              whole pages for objects of 4 KiB and more: the rounding is the difference from
+              what was asked; counted at most a few hundred allocations behind); at exit: live
+              when the program ended
+  directive   where its new objects went: default (first touch), fast, slow, tier:N (set by a
+              rule, a policy or the daemon)
+  resident    where its tracked objects (those of 4 KiB and more) were at exit, per node
+";
+
+/// A rules file from where each context's tracked objects were at exit: `fast` for a context
+/// wholly on the fastest tier's nodes, `slow` for one wholly below it, by id (the same in the
+/// next run). Where a daemon managed the program, that is where its policy's measurements put
+/// them; None when every context was on one tier (nothing was placed, or one tier exists).
+fn suggested_rules(r: &Value, tier_of: impl Fn(u64) -> Option<u32>) -> Option<String> {
+    let mut fast = Vec::new();
+    let mut slow = Vec::new();
+    for c in r["contexts"].as_array().into_iter().flatten() {
+        let Some(res) = c["resident_node_bytes"].as_object() else { continue };
+        let (mut on_fast, mut below) = (0u64, 0u64);
+        for (node, b) in res {
+            let b = b.as_u64().unwrap_or(0);
+            match node.parse().ok().and_then(&tier_of) {
+                Some(0) => on_fast += b,
+                Some(_) => below += b,
+                None => {}
+            }
+        }
+        let id = c["id"].as_str().unwrap_or("?");
+        if on_fast > 0 && below == 0 {
+            fast.push(format!("fast id={id}"));
+        } else if below > 0 && on_fast == 0 {
+            slow.push(format!("slow id={id}"));
+        }
+    }
+    if fast.is_empty() || slow.is_empty() {
+        return None;
+    }
+    Some(fast.into_iter().chain(slow).map(|l| l + "\n").collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_rules_place_each_context_where_it_ended_and_rules_files_take_them() {
+        let r = serde_json::json!({"contexts": [
+            {"id": "00000000000000aa", "resident_node_bytes": {"0": 8192}},
+            {"id": "00000000000000bb", "resident_node_bytes": {"1": 4096}},
+            {"id": "00000000000000cc", "resident_node_bytes": {"0": 4096, "1": 4096}},
+            {"id": "00000000000000dd", "resident_node_bytes": {}}
+        ]});
+        let two = |node: u64| Some(node as u32); // node 0 fast, node 1 slow
+        let rules = suggested_rules(&r, two).expect("two tiers in use");
+        assert_eq!(rules, "fast id=00000000000000aa\nslow id=00000000000000bb\n");
+        let file = std::env::temp_dir().join(format!("strata-suggested-{}.rules", std::process::id()));
+        std::fs::write(&file, &rules).unwrap();
+        assert_eq!(check_rules(&file).unwrap(), 2, "--rules takes them as they are");
+        std::fs::remove_file(file).unwrap();
+        assert_eq!(suggested_rules(&r, |_| Some(0)), None, "one tier: nothing to suggest");
+    }
 }

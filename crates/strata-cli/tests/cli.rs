@@ -197,12 +197,19 @@ fn run_with_rules_and_report() {
     let allocs: u64 = slow.iter().map(|c| c["allocs"].as_u64().unwrap()).sum();
     let frees: u64 = slow.iter().map(|c| c["frees"].as_u64().unwrap()).sum();
     assert_eq!((allocs, frees), (100, 100), "every allocation and free counted");
+    // all 100 were live at once (20,000 to 20,099 bytes each, five whole pages as tracked
+    // objects), and one grew in place by a few pages later
+    let peak: u64 = slow.iter().map(|c| c["peak_live_bytes"].as_u64().unwrap()).sum();
+    assert!((100 * 5 * 4096..=(100 * 5 + 16) * 4096).contains(&peak), "the slow site's peak of live bytes: {peak}");
     // the human report names the call sites
     let text = dir.join("report.txt").to_str().unwrap().to_string();
     let (code, _, _) = report(&format!("--report={text}"), &[]);
     assert_eq!(code, 0);
     let out = std::fs::read_to_string(&text).unwrap();
-    assert!(out.contains("alloc_slow_site") && out.contains("top contexts by bytes allocated"), "{out}");
+    assert!(out.contains("alloc_slow_site") && out.contains("contexts by bytes allocated"), "{out}");
+    for part in ["allocated in", "by peak live bytes", "peak live", "legend:", "no rules suggested"] {
+        assert!(out.contains(part), "{part}: {out}");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 
