@@ -61,6 +61,9 @@ pub struct ProgramResult {
     pub rounds: usize,
     /// median wall seconds per configuration (noisy on shared machines)
     pub seconds: BTreeMap<String, f64>,
+    /// median peak resident set per configuration, bytes (ru_maxrss; absent in older runs)
+    #[serde(default)]
+    pub peak_rss_bytes: BTreeMap<String, u64>,
     /// instructions per configuration, counted by callgrind on a smaller run (repeatable);
     /// empty when valgrind is not installed
     pub instructions: BTreeMap<String, u64>,
@@ -149,7 +152,30 @@ fn describe(p: &Program, big: bool) -> String {
 }
 
 /// Run once; returns wall seconds and, when `callgrind`, the instructions it counted.
-fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, Option<u64>), Error> {
+/// Wait for `child` as wait4(2) does, with its peak resident set (ru_maxrss, bytes): Child::wait
+/// does not give it. The child is reaped here (its Child must not be waited for again).
+fn wait_rss(child: &Child) -> Result<(std::process::ExitStatus, u64), Error> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for this child, which is ours
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    loop {
+        // SAFETY: status and ru are this frame's
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            return Ok((std::process::ExitStatus::from_raw(status), ru.ru_maxrss.max(0) as u64 * 1024));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(failed(format!("waiting for pid {pid}: {e}")));
+        }
+    }
+}
+
+/// One run: wall seconds, callgrind's instruction count (with `callgrind`), and the program's
+/// peak resident set in bytes (without: under callgrind it would be valgrind's).
+fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, Option<u64>, u64), Error> {
     let valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"];
     let command = |exe: &str| {
         let mut c = if callgrind {
@@ -163,18 +189,23 @@ fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, 
         c
     };
     let t = Instant::now();
-    let stderr = match p {
+    let (stderr, rss) = match p {
         Program::Script { exe, big: b, small: s } => {
-            let out = command(exe)
+            let mut child = command(exe)
                 .args(if big { b } else { s })
                 .stdout(Stdio::null())
-                .output()
+                .stderr(Stdio::piped())
+                .spawn()
                 .map_err(io(&format!("running {exe}")))?;
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            if !out.status.success() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let (status, rss) = wait_rss(&child)?;
+            if !status.success() {
                 return Err(failed(format!("{exe} failed: {err}")));
             }
-            err
+            (err, rss)
         }
         Program::Redis { big: b, small: s } => {
             let port = free_port()?;
@@ -190,26 +221,28 @@ fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, 
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
-            let status = server.wait().map_err(io("waiting for redis-server"))?;
             let mut err = String::new();
             if let Some(mut e) = server.stderr.take() {
                 let _ = e.read_to_string(&mut err);
             }
+            // (a server that died early was reaped by drive_redis: its error says more)
+            let waited = wait_rss(&server);
             driven?;
+            let (status, rss) = waited?;
             if !status.success() {
                 return Err(failed(format!("redis-server failed ({status}): {err}")));
             }
-            err
+            (err, rss)
         }
     };
     let seconds = t.elapsed().as_secs_f64();
     if !callgrind {
-        return Ok((seconds, None));
+        return Ok((seconds, None, rss));
     }
     let n =
         stderr.lines().find_map(|l| l.split("Collected :").nth(1)).and_then(|v| v.trim().replace(',', "").parse().ok());
     match n {
-        Some(n) => Ok((seconds, Some(n))),
+        Some(n) => Ok((seconds, Some(n), rss)),
         None => Err(failed(format!("callgrind gave no count: {stderr}"))),
     }
 }
@@ -258,20 +291,24 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
             continue;
         }
         let mut times: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut rss: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for r in 0..rounds {
             say(&format!("{name}: round {}/{rounds}", r + 1));
             for c in CONFIGS {
-                times.entry(c.name().into()).or_default().push(run_once(&p, &c.env(lib), true, false)?.0);
+                let (s, _, bytes) = run_once(&p, &c.env(lib), true, false)?;
+                times.entry(c.name().into()).or_default().push(s);
+                rss.entry(c.name().into()).or_default().push(bytes as f64);
             }
         }
         let mut instructions = BTreeMap::new();
         for c in CONFIGS.iter().filter(|_| have_valgrind) {
             say(&format!("{name}: counting instructions with callgrind ({})", c.name()));
-            if let (_, Some(n)) = run_once(&p, &c.env(lib), false, true)? {
+            if let (_, Some(n), _) = run_once(&p, &c.env(lib), false, true)? {
                 instructions.insert(c.name().to_string(), n);
             }
         }
         let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
+        let peak_rss_bytes: BTreeMap<String, u64> = rss.into_iter().map(|(k, v)| (k, median(v) as u64)).collect();
         let measure = |c: Config| instructions.get(c.name()).map(|n| *n as f64).unwrap_or(seconds[c.name()]);
         results.push(ProgramResult {
             name: name.into(),
@@ -280,6 +317,7 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
             context_overhead: measure(Config::ContextsOn) / measure(Config::ContextsOff) - 1.0,
             vs_glibc: measure(Config::ContextsOn) / measure(Config::Own) - 1.0,
             seconds,
+            peak_rss_bytes,
             instructions_command: format!("valgrind --tool=callgrind {}", describe(&p, false)),
             instructions,
         });
@@ -293,14 +331,25 @@ pub fn table(results: &[ProgramResult]) -> String {
         "\nWhole programs, contexts on vs glibc and vs contexts off (instructions, callgrind; wall seconds are noisy):\n",
     );
     s += &format!(
-        "{:<8} {:>14} {:>14} {:>14} {:>9} {:>9} {:>8} {:>8} {:>8}\n",
-        "program", "glibc", "strata", "strata+ctx", "vs glibc", "contexts", "glibc s", "strata s", "+ctx s"
+        "{:<8} {:>14} {:>14} {:>14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>20}\n",
+        "program",
+        "glibc",
+        "strata",
+        "strata+ctx",
+        "vs glibc",
+        "contexts",
+        "glibc s",
+        "strata s",
+        "+ctx s",
+        "peak RSS MiB (g/s/+c)"
     );
     for p in results {
         let i = |k: &str| p.instructions.get(k).map_or("-".to_string(), |n| n.to_string());
         let t = |k: &str| p.seconds.get(k).map_or(f64::NAN, |v| *v);
+        let m = |k: &str| p.peak_rss_bytes.get(k).map_or("-".to_string(), |b| format!("{}", b >> 20));
+        let rss = format!("{}/{}/{}", m(CONFIGS[0].name()), m(CONFIGS[1].name()), m(CONFIGS[2].name()));
         s += &format!(
-            "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3}\n",
+            "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3} {:>20}\n",
             p.name,
             i(CONFIGS[0].name()),
             i(CONFIGS[1].name()),
@@ -309,8 +358,25 @@ pub fn table(results: &[ProgramResult]) -> String {
             p.context_overhead * 100.0,
             t(CONFIGS[0].name()),
             t(CONFIGS[1].name()),
-            t(CONFIGS[2].name())
+            t(CONFIGS[2].name()),
+            rss
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_rss_gives_the_childs_own_peak() {
+        let mut big = Command::new("perl");
+        big.args(["-e", "my $x = 'a' x (64 << 20); print length($x)"]).stdout(Stdio::null());
+        let (status, rss) = wait_rss(&big.spawn().unwrap()).unwrap();
+        assert!(status.success());
+        assert!(rss >= 64 << 20, "a 64 MiB string: {rss} bytes peak");
+        let (status, small) = wait_rss(&Command::new("true").spawn().unwrap()).unwrap();
+        assert!(status.success() && small < 16 << 20, "true: {small} bytes peak");
+    }
 }
