@@ -470,7 +470,7 @@ mod tests {
         let o = ObjectObs { pid: 1, addr: 0, len: 4 * MB, context: 1, resident_bytes: 4 * MB, fast_bytes: 2 * MB };
         let pages: Vec<PageObs> = (0..4 * MB / 4096)
             .map(|k| {
-                let tier = if (k * 4096 / MB) % 2 == 0 { 0 } else { 1 };
+                let tier = if (k * 4096 / MB).is_multiple_of(2) { 0 } else { 1 };
                 PageObs { pid: 1, addr: k * 4096, tier, node: tier, accessed: false, dirty: false }
             })
             .collect();
