@@ -357,8 +357,8 @@ legend:
   allocs      allocations made; allocated: the bytes they asked for
   peak live   the most of its memory live at once, as the allocator gave it (its size class, or
               whole pages for objects of 4 KiB and more: the rounding is the difference from
-              what was asked; counted at most a few hundred allocations behind); at exit: live
-              when the program ended
+              what was asked; exact for one thread, and for several as close as their counts
+              are to each other's); at exit: live when the program ended
   directive   where its new objects went: default (first touch), fast, slow, tier:N (set by a
               rule, a policy or the daemon)
   resident    where its tracked objects (those of 4 KiB and more) were at exit, per node

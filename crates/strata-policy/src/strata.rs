@@ -73,6 +73,10 @@ impl Strata {
             priority: mat::Priority::Apb,
             hysteresis: cfg.hysteresis,
             min_streak: cfg.min_streak,
+            // the records are split here, each with its own residency: MAT must not split them
+            // again (a record above its 64 MiB, with a fast tier above 1 GiB, was cut into
+            // pieces that shared the record's residency in proportion)
+            split_mb: f64::MAX,
             ..mat::Config::default()
         };
         Strata {
@@ -103,7 +107,23 @@ impl Policy for Strata {
             ((fast.capacity_bytes as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
         let records = mat::split_records(&obs.objects, record, obs);
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
-        let object_obs = Observations { objects: records, pages: Vec::new(), ..obs.clone() };
+        // each part gets what it reads of the round, not a copy of all of it (the pages are
+        // most of it: a page a 4 KiB of every managed process)
+        let shared = Observations {
+            now_ns: obs.now_ns,
+            page_bytes: obs.page_bytes,
+            tiers: obs.tiers.clone(),
+            nodes: obs.nodes.clone(),
+            scan_complete: obs.scan_complete,
+            counters: obs.counters,
+            ..Default::default()
+        };
+        let object_obs = Observations {
+            objects: records,
+            samples: obs.samples.clone(),
+            contexts: obs.contexts.clone(),
+            ..shared.clone()
+        };
         self.objects.set_budget(Some(budget));
         actions.extend(self.objects.decide(&object_obs));
         let planned = self.objects.fast_set_bytes().max(held);
@@ -125,7 +145,7 @@ impl Policy for Strata {
                 _ => *t,
             })
             .collect();
-        let page_obs = Observations { pages, tiers, objects: Vec::new(), samples: Vec::new(), ..obs.clone() };
+        let page_obs = Observations { pages, tiers, ..shared };
         self.pages.set_reserve(Some(reserve));
         actions.extend(self.pages.decide(&page_obs));
         actions
