@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
-#define STRATA_CHANNEL_VERSION 4 /* 4: a sealed memfd, no longer /dev/shm/strata.<pid> */
+#define STRATA_CHANNEL_VERSION 5 /* 5: contexts[] filled in order; 4: a sealed memfd */
 #define STRATA_CHANNEL_NAME "strata.channel" /* the memfd's name, as /proc/<pid>/fd shows it */
 #define STRATA_DAEMON_SOCKET_DEFAULT "/run/strata/stratad.sock"
 #define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
@@ -80,7 +80,7 @@ typedef struct strata_channel_header_s {
   uint64_t object_bytes;      /* sizeof(strata_object_t) */
   uint64_t objects_offset;
   uint64_t objects_high;      /* objects[0..objects_high) have ever been used */
-  uint64_t contexts_used;     /* contexts with a non-zero id */
+  uint64_t contexts_used;     /* contexts made: entries 1..contexts_used (see below) */
   uint64_t contexts_dropped;  /* allocations whose context did not fit in the table */
   uint64_t objects_dropped;   /* tracked objects that did not fit in objects[] */
   int32_t default_directive;  /* STRATA_DIRECTIVE_*: the process's default; the daemon may rewrite it */
@@ -89,8 +89,9 @@ typedef struct strata_channel_header_s {
   uint32_t reserved;
 } strata_channel_header_t;
 
-/* One allocation context: hash of the call stack and the size class. Open addressing by
- * id in contexts[]; an entry with id 0 is empty. Index 0 is never used (0 = no context). */
+/* One allocation context: hash of the call stack and the size class. The process fills
+ * contexts[] in order from index 1 (its lookup by id is its own); an entry with id 0 is empty.
+ * Index 0 is never used (0 = no context). */
 typedef struct strata_context_s {
   uint64_t id;                /* 0 = empty */
   uint32_t size_class;        /* Strata size class of the allocations (0: above 64 KiB) */

@@ -99,6 +99,8 @@ typedef struct segment_s {
   int pool;                   /* binding: 0 unbound, 1 + tier */
   uint32_t used_pages;        /* including the META pages */
   uint64_t free_map[PAGES_PER_SEG / 64]; /* bit set = page free */
+  uint64_t dirty_map[PAGES_PER_SEG / 64]; /* bit set = free since the last purge tick, resident */
+  uint64_t idle_map[PAGES_PER_SEG / 64];  /* bit set = free and unused for a whole tick: purged next */
   struct segment_s *next, *prev;     /* pool list */
   page_t pages[PAGES_PER_SEG];
 } segment_t;

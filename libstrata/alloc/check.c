@@ -26,6 +26,7 @@ void _strata_check_segment(const segment_t *s) {
   for (size_t i = 0; i < PAGES_PER_SEG; i++) {
     const page_t *pg = &s->pages[i];
     bool free_bit = bit(s->free_map, i);
+    strata_assert(2, free_bit || (!bit(s->dirty_map, i) && !bit(s->idle_map, i))); /* only free pages */
     if (i < SEG_META_PAGES) {
       strata_assert(2, !free_bit && pg->kind == PK_META);
       used++;

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@
 
 #define CONTEXT_CAPACITY STRATA_CONTEXT_CAPACITY
 #define OBJECT_CAPACITY STRATA_OBJECT_CAPACITY
-#define CONTEXT_PROBES 64                    /* open addressing: slots tried per id */
+#define CONTEXT_PROBES 64                    /* the index's open addressing: slots tried per id */
+#define INDEX_CLAIMED UINT16_MAX              /* an index slot whose context is being made */
 
 static strata_channel_header_t *_Atomic channel;
 pthread_mutex_t _strata_channel_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -30,6 +32,11 @@ pthread_mutex_t _strata_channel_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t channel_size;
 static int channel_fd = -1; /* kept open: the region's only handle once its name is gone */
 static uint32_t object_free_head; /* free list of objects[] slots, via next; channel_lock */
+/* id -> contexts[] index, private to the process (open addressing, 0 = empty slot). Contexts
+ * themselves are laid out densely in contexts[] from index 1, in the order they are first
+ * seen, so a process with a few hundred contexts keeps a few hundred entries resident, not a
+ * page per context (the table is 12 MiB of address space), and so does a reader. */
+static _Atomic uint16_t *context_index;
 static int32_t initial_directive = STRATA_DIRECTIVE_DEFAULT; /* STRATA_DIRECTIVE */
 
 static strata_context_t *contexts(strata_channel_header_t *h) {
@@ -92,6 +99,15 @@ static strata_channel_header_t *channel_create(void) {
   if (prio && _strata_parse_priority(prio, &h->priority))
     _strata_warn("strata: STRATA_PRIORITY='%s' is not a priority (high, normal, low, or %d..%d); "
                     "keeping normal\n", prio, STRATA_PRIORITY_MIN, STRATA_PRIORITY_MAX);
+  context_index = mmap(NULL, CONTEXT_CAPACITY * sizeof *context_index, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (context_index == MAP_FAILED) {
+    context_index = NULL;
+    munmap(m, size);
+    if (channel_fd >= 0) close(channel_fd);
+    channel_fd = -1;
+    return NULL;
+  }
   channel_size = size;
   object_free_head = 0;
   return h;
@@ -192,12 +208,30 @@ void _strata_channel_forget(void) {
   strata_channel_header_t *h = atomic_load(&channel);
   atomic_store(&channel, NULL);
   if (h) munmap(h, channel_size);
+  if (context_index) munmap((void *)context_index, CONTEXT_CAPACITY * sizeof *context_index);
+  context_index = NULL;
   if (channel_fd >= 0) close(channel_fd);
   channel_fd = -1;
 }
 
 /* ---- contexts ------------------------------------------------------------------------------ */
 
+/* The next free entry of contexts[] for id, 0 when the table is full. */
+static uint32_t context_new(strata_channel_header_t *h, uint64_t id) {
+  pthread_mutex_lock(&channel_lock);
+  uint64_t used = h->contexts_used;
+  uint32_t i = used + 1 < h->context_capacity && used + 1 < INDEX_CLAIMED ? (uint32_t)(used + 1) : 0;
+  if (i) {
+    atomic_store_explicit((_Atomic uint64_t *)&contexts(h)[i].id, id, memory_order_release);
+    atomic_store_explicit((_Atomic uint64_t *)&h->contexts_used, used + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&channel_lock);
+  return i;
+}
+
+/* The index of context id in contexts[], made when new (*created); 0 = the table is full. An
+ * index slot is claimed (INDEX_CLAIMED) before its entry is made, so two threads meeting a new
+ * id make one entry: the second waits the few instructions the first needs. */
 uint32_t _strata_channel_context(uint64_t id, bool *created) {
   strata_channel_header_t *h = _strata_channel();
   *created = false;
@@ -205,19 +239,26 @@ uint32_t _strata_channel_context(uint64_t id, bool *created) {
   strata_context_t *t = contexts(h);
   uint64_t mask = h->context_capacity - 1;
   for (uint64_t probe = 0; probe < CONTEXT_PROBES; probe++) {
-    uint64_t i = (id + probe) & mask;
-    if (i == 0) continue;
-    _Atomic uint64_t *slot = (_Atomic uint64_t *)&t[i].id;
-    uint64_t cur = atomic_load_explicit(slot, memory_order_acquire);
-    if (cur == id) return (uint32_t)i;
-    if (cur != 0) continue;
-    uint64_t zero = 0;
-    if (atomic_compare_exchange_strong(slot, &zero, id)) {
-      atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_used, 1, memory_order_relaxed);
-      *created = true;
-      return (uint32_t)i;
+    _Atomic uint16_t *slot = &context_index[(id + probe) & mask];
+    uint16_t cur = atomic_load_explicit(slot, memory_order_acquire);
+    if (cur == 0) {
+      uint16_t zero = 0;
+      if (atomic_compare_exchange_strong_explicit(slot, &zero, INDEX_CLAIMED, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+        uint32_t i = context_new(h, id);
+        atomic_store_explicit(slot, (uint16_t)i, memory_order_release); /* 0 again when full */
+        if (!i) break;
+        *created = true;
+        return i;
+      }
+      cur = zero;
     }
-    if (zero == id) return (uint32_t)i; /* another thread claimed it for the same id */
+    while (cur == INDEX_CLAIMED) {
+      sched_yield();
+      cur = atomic_load_explicit(slot, memory_order_acquire);
+    }
+    if (cur == 0) break; /* the claim found the table full */
+    if (atomic_load_explicit((_Atomic uint64_t *)&t[cur].id, memory_order_acquire) == id) return cur;
   }
   atomic_fetch_add_explicit((_Atomic uint64_t *)&h->contexts_dropped, 1, memory_order_relaxed);
   return 0;

@@ -80,7 +80,7 @@ void _strata_report_write(void) {
       (unsigned long long)h->contexts_used, (unsigned long long)h->contexts_dropped,
       (unsigned long long)h->objects_dropped);
   int first = 1;
-  for (uint64_t i = 1; i < h->context_capacity; i++) {
+  for (uint64_t i = 1; i <= h->contexts_used && i < h->context_capacity; i++) { /* made in order */
     strata_context_t *c = &ctx[i];
     if (!c->id || !c->allocs) continue;
     char dbuf[24];

@@ -5,7 +5,8 @@
  * Each allocation of at least STRATA_CONTEXT_MIN bytes gets an allocation context (call
  * stack + size class, context/context.c) whose directive picks the arena; allocations below
  * STRATA_FAST_BELOW always go to the fast tier (hmalloc's rule); objects of at least
- * STRATA_TRACK_MIN are page aligned and recorded for a daemon (bkmalloc's rule).
+ * STRATA_TRACK_MIN are page aligned and recorded for a daemon (bkmalloc's rule) where whole
+ * pages cost little more than their size class (tracked() below).
  *
  * Preload-safe: nothing here allocates through libc or uses stdio. Before the constructor
  * runs (allocations made while the dynamic loader starts libraries) every call takes the
@@ -37,6 +38,18 @@ HOT_PATH void *shared_alloc(arena_t *a, size_t size, size_t align) {
   return _strata_arena_alloc(a, size, align, NULL);
 }
 
+/* Whether an object of `size` is tracked: page aligned and recorded for a daemon. Page
+ * aligned, it costs whole pages; below the largest size class that is done only where they
+ * cost at most an eighth more than its class would (a 4097-byte buffer would take 8 KiB where
+ * its class takes 5), so a program's memory stays near what it is without contexts (#37).
+ * Such an object keeps its context and directive, without a record of its own. */
+HOT_PATH bool tracked(size_t size) {
+  if (size < track_min) return false;
+  if (size > SMALL_MAX) return true;
+  size_t cls = _strata_class_size(_strata_class_of(size));
+  return align_up(size, PAGE_SIZE) <= cls + cls / 8;
+}
+
 HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   void *p;
   if (!atomic_load_explicit(&_strata_contexts_on, memory_order_relaxed) || size < context_min ||
@@ -49,7 +62,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   uint32_t idx = _strata_context_of(size, ret, frame);
   strata_context_t *c = _strata_context(idx);
   arena_t *a = _strata_directive_arena(c ? __atomic_load_n(&c->directive, __ATOMIC_RELAXED) : 0);
-  bool track = idx && size >= track_min;
+  bool track = idx && tracked(size);
   p = track ? _strata_arena_alloc_pages(a, size, align) : shared_alloc(a, size, align);
   if (unlikely(!p)) {
     errno = ENOMEM;

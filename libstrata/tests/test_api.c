@@ -151,6 +151,45 @@ static void test_realloc_grows_in_place(void) {
   CHECK(strata_arena_destroy(ar) == 0);
 }
 
+/* Freed pages stay resident while they are reused; a hole left unused while two ticks' worth
+ * of pages (1 MiB each, segment.c) were freed elsewhere is given back. Every other run of a row
+ * is freed; the neighbours keep the holes from merging into anything a later allocation takes. */
+static void test_idle_free_pages_are_given_back(void) {
+  enum { RUNS = 64, RUN_BYTES = 25 * 4096, CHURN_BYTES = 200 * 4096 };
+  strata_arena_t *ar = strata_arena_new(strata_default());
+  unsigned char *r[RUNS];
+  for (int i = 0; i < RUNS; i++) {
+    r[i] = strata_malloc(RUN_BYTES, strata_in_arena(ar));
+    CHECK(r[i] != NULL);
+    memset(r[i], 1, RUN_BYTES);
+  }
+  int64_t purged = strata_stat("purged_bytes");
+  for (int i = 0; i < RUNS; i += 2) strata_free(r[i]);
+  for (int k = 0; k < 3; k++) { /* 600 pages freed elsewhere: at least two ticks */
+    unsigned char *c = strata_malloc(CHURN_BYTES, strata_in_arena(ar));
+    memset(c, 2, CHURN_BYTES);
+    strata_free(c);
+  }
+  size_t resident = 0;
+  for (int i = 0; i < RUNS; i += 2) {
+    unsigned char vec[25];
+    CHECK(mincore(r[i], RUN_BYTES, vec) == 0);
+    for (int k = 0; k < 25; k++) resident += vec[k] & 1;
+  }
+  CHECK(strata_stat("purged_bytes") >= purged + RUNS / 2 * RUN_BYTES);
+  CHECK(resident == 0);
+  /* a page reused before a tick is not purged: the same run freed and taken again at once */
+  unsigned char *a = strata_malloc(RUN_BYTES, strata_in_arena(ar));
+  memset(a, 3, RUN_BYTES);
+  purged = strata_stat("purged_bytes");
+  strata_free(a);
+  unsigned char *b = strata_malloc(RUN_BYTES, strata_in_arena(ar));
+  CHECK(b == a && strata_stat("purged_bytes") == purged && b[100] == 3);
+  strata_free(b);
+  for (int i = 1; i < RUNS; i += 2) strata_free(r[i]);
+  CHECK(strata_arena_destroy(ar) == 0);
+}
+
 static void test_calloc(void) {
   for (size_t n = 1; n < 5000000; n = n * 5 + 1) {
     unsigned char *p = strata_malloc(n, strata_default());
@@ -338,6 +377,7 @@ int main(void) {
   test_sizes_alignment();
   test_realloc();
   test_realloc_grows_in_place();
+  test_idle_free_pages_are_given_back();
   test_calloc();
   test_next_to();
   test_colour();

@@ -176,6 +176,15 @@ int main(void) {
   CHECK(pv && (uintptr_t)pv % 4096 == 0 && malloc_usable_size(pv) >= 8192);
   free(pv);
   CHECK(malloc_usable_size(NULL) == 0);
+  /* contexts on: objects from 4 KiB are page aligned and recorded where whole pages cost at
+   * most an eighth more than their size class (interpose.c, tracked()); a 4097-byte buffer
+   * would take 8 KiB of pages for its 5 KiB class, and stays a class block */
+  void *t16 = malloc(16384), *t20 = malloc(20000), *odd = malloc(4097);
+  CHECK((uintptr_t)t16 % 4096 == 0 && (uintptr_t)t20 % 4096 == 0 && malloc_usable_size(t20) == 20480);
+  CHECK(malloc_usable_size(odd) == 5120);
+  free(t16);
+  free(t20);
+  free(odd);
   /* garbage frame pointers: the context walk must stop, not fault. Only for the frame-pointer
    * walker: the asm has no CFI, which the DWARF unwinder rightly relies on. */
   const char *unwind = getenv("STRATA_UNWIND");

@@ -78,7 +78,7 @@ fn glibc() -> Allocator {
 }
 
 /// A system shared library by its soname, if the dynamic loader can find it.
-fn system_lib(soname: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn system_lib(soname: &str) -> Option<std::path::PathBuf> {
     let c = CString::new(soname).ok()?;
     // RTLD_NOLOAD would miss it; load and close just to learn the path
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };

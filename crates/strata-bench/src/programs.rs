@@ -21,16 +21,20 @@ use strata_util::{io, median};
 
 use crate::{failed, Error};
 
-/// The three configurations, in the order they run.
-#[derive(Clone, Copy)]
+/// The configurations, in the order they run.
+#[derive(Clone, Copy, PartialEq)]
 enum Config {
     /// the program's own allocator (glibc's, or what it links: redis's jemalloc)
     Own,
     ContextsOff,
     ContextsOn,
+    /// the system's jemalloc and mimalloc, preloaded: what a user would pick instead (timed and
+    /// their memory measured, not counted under callgrind)
+    Jemalloc,
+    Mimalloc,
 }
 
-const CONFIGS: [Config; 3] = [Config::Own, Config::ContextsOff, Config::ContextsOn];
+const CONFIGS: [Config; 5] = [Config::Own, Config::ContextsOff, Config::ContextsOn, Config::Jemalloc, Config::Mimalloc];
 
 impl Config {
     /// its key in the report
@@ -39,16 +43,29 @@ impl Config {
             Config::Own => "glibc",
             Config::ContextsOff => "strata-contexts-off",
             Config::ContextsOn => "strata-contexts-on",
+            Config::Jemalloc => "jemalloc",
+            Config::Mimalloc => "mimalloc",
         }
     }
 
-    fn env(self, lib: &str) -> Env {
+    /// Its environment; None when its library is not installed.
+    fn env(self, lib: &str) -> Option<Env> {
         let strata = |contexts: &str| vec![("LD_PRELOAD", lib.into()), ("STRATA_CONTEXTS", contexts.into())];
+        let system = |soname: &str| {
+            crate::alloc::system_lib(soname).map(|l| vec![("LD_PRELOAD", l.to_string_lossy().into_owned())])
+        };
         match self {
-            Config::Own => vec![],
-            Config::ContextsOff => strata("0"),
-            Config::ContextsOn => strata("1"),
+            Config::Own => Some(vec![]),
+            Config::ContextsOff => Some(strata("0")),
+            Config::ContextsOn => Some(strata("1")),
+            Config::Jemalloc => system("libjemalloc.so.2"),
+            Config::Mimalloc => system("libmimalloc.so.2"),
         }
+    }
+
+    /// Counted under callgrind too (Strata's overheads are judged by instructions).
+    fn counted(self) -> bool {
+        matches!(self, Config::Own | Config::ContextsOff | Config::ContextsOn)
     }
 }
 
@@ -73,6 +90,9 @@ pub struct ProgramResult {
     /// (strata, contexts on) / the program without Strata - 1, same measure (its own allocator:
     /// glibc's, or what it links, as redis its jemalloc; the key keeps the name "glibc")
     pub vs_glibc: f64,
+    /// peak RSS with contexts on / the program's own allocator's - 1 (absent in older runs)
+    #[serde(default)]
+    pub rss_vs_glibc: Option<f64>,
 }
 
 type Env = Vec<(&'static str, String)>;
@@ -294,22 +314,25 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
         let mut rss: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for r in 0..rounds {
             say(&format!("{name}: round {}/{rounds}", r + 1));
-            for c in CONFIGS {
-                let (s, _, bytes) = run_once(&p, &c.env(lib), true, false)?;
+            for (c, env) in CONFIGS.iter().filter_map(|c| Some((c, c.env(lib)?))) {
+                let (s, _, bytes) = run_once(&p, &env, true, false)?;
                 times.entry(c.name().into()).or_default().push(s);
                 rss.entry(c.name().into()).or_default().push(bytes as f64);
             }
         }
         let mut instructions = BTreeMap::new();
-        for c in CONFIGS.iter().filter(|_| have_valgrind) {
+        for c in CONFIGS.iter().filter(|c| have_valgrind && c.counted()) {
             say(&format!("{name}: counting instructions with callgrind ({})", c.name()));
-            if let (_, Some(n), _) = run_once(&p, &c.env(lib), false, true)? {
+            let env = c.env(lib).expect("Strata's and the program's own configurations always run");
+            if let (_, Some(n), _) = run_once(&p, &env, false, true)? {
                 instructions.insert(c.name().to_string(), n);
             }
         }
         let seconds: BTreeMap<String, f64> = times.into_iter().map(|(k, v)| (k, median(v))).collect();
         let peak_rss_bytes: BTreeMap<String, u64> = rss.into_iter().map(|(k, v)| (k, median(v) as u64)).collect();
         let measure = |c: Config| instructions.get(c.name()).map(|n| *n as f64).unwrap_or(seconds[c.name()]);
+        let rss = |c: Config| peak_rss_bytes.get(c.name()).map(|b| *b as f64);
+        let rss_vs_glibc = rss(Config::ContextsOn).zip(rss(Config::Own)).map(|(on, own)| on / own - 1.0);
         results.push(ProgramResult {
             name: name.into(),
             command: describe(&p, true),
@@ -318,6 +341,7 @@ pub fn measure(lib: &str, rounds: usize, say: &dyn Fn(&str)) -> Result<(Vec<Prog
             vs_glibc: measure(Config::ContextsOn) / measure(Config::Own) - 1.0,
             seconds,
             peak_rss_bytes,
+            rss_vs_glibc,
             instructions_command: format!("valgrind --tool=callgrind {}", describe(&p, false)),
             instructions,
         });
@@ -331,35 +355,44 @@ pub fn table(results: &[ProgramResult]) -> String {
         "\nWhole programs, contexts on vs glibc and vs contexts off (instructions, callgrind; wall seconds are noisy):\n",
     );
     s += &format!(
-        "{:<8} {:>14} {:>14} {:>14} {:>9} {:>9} {:>8} {:>8} {:>8} {:>20}\n",
-        "program",
-        "glibc",
-        "strata",
-        "strata+ctx",
-        "vs glibc",
-        "contexts",
-        "glibc s",
-        "strata s",
-        "+ctx s",
-        "peak RSS MiB (g/s/+c)"
+        "{:<8} {:>14} {:>14} {:>14} {:>9} {:>9} {:>8} {:>8} {:>8}\n",
+        "program", "glibc", "strata", "strata+ctx", "vs glibc", "contexts", "glibc s", "strata s", "+ctx s"
     );
     for p in results {
-        let i = |k: &str| p.instructions.get(k).map_or("-".to_string(), |n| n.to_string());
-        let t = |k: &str| p.seconds.get(k).map_or(f64::NAN, |v| *v);
-        let m = |k: &str| p.peak_rss_bytes.get(k).map_or("-".to_string(), |b| format!("{}", b >> 20));
-        let rss = format!("{}/{}/{}", m(CONFIGS[0].name()), m(CONFIGS[1].name()), m(CONFIGS[2].name()));
+        let i = |c: Config| p.instructions.get(c.name()).map_or("-".to_string(), |n| n.to_string());
+        let t = |c: Config| p.seconds.get(c.name()).map_or(f64::NAN, |v| *v);
         s += &format!(
-            "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3} {:>20}\n",
+            "{:<8} {:>14} {:>14} {:>14} {:>+8.1}% {:>+8.1}% {:>8.3} {:>8.3} {:>8.3}\n",
             p.name,
-            i(CONFIGS[0].name()),
-            i(CONFIGS[1].name()),
-            i(CONFIGS[2].name()),
+            i(Config::Own),
+            i(Config::ContextsOff),
+            i(Config::ContextsOn),
             p.vs_glibc * 100.0,
             p.context_overhead * 100.0,
-            t(CONFIGS[0].name()),
-            t(CONFIGS[1].name()),
-            t(CONFIGS[2].name()),
-            rss
+            t(Config::Own),
+            t(Config::ContextsOff),
+            t(Config::ContextsOn),
+        );
+    }
+    s += "\nPeak resident set, MiB (ru_maxrss, median of rounds; glibc = the program's own allocator):\n";
+    s += &format!(
+        "{:<8} {:>8} {:>8} {:>10} {:>9} {:>9} {:>11}\n",
+        "program", "glibc", "strata", "strata+ctx", "jemalloc", "mimalloc", "+ctx/glibc"
+    );
+    for p in results {
+        let m = |c: Config| {
+            p.peak_rss_bytes.get(c.name()).map_or("-".to_string(), |b| format!("{:.1}", *b as f64 / 1048576.0))
+        };
+        let vs = p.rss_vs_glibc.map_or("-".to_string(), |v| format!("{:+.1}%", v * 100.0));
+        s += &format!(
+            "{:<8} {:>8} {:>8} {:>10} {:>9} {:>9} {:>11}\n",
+            p.name,
+            m(Config::Own),
+            m(Config::ContextsOff),
+            m(Config::ContextsOn),
+            m(Config::Jemalloc),
+            m(Config::Mimalloc),
+            vs
         );
     }
     s

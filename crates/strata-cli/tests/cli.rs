@@ -387,12 +387,16 @@ fn a_running_process_shares_its_contexts_in_the_channel() {
     f.seek(SeekFrom::Start(h.contexts_offset)).unwrap();
     let mut table = vec![0u8; (h.context_capacity * h.context_bytes) as usize];
     f.read_exact(&mut table).unwrap();
-    let ctxs: Vec<strata_context_t> = table
+    let (at, ctxs): (Vec<u64>, Vec<strata_context_t>) = table
         .chunks_exact(h.context_bytes as usize)
         .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const strata_context_t) })
-        .filter(|c| c.id != 0)
-        .collect();
+        .enumerate()
+        .filter(|(_, c)| c.id != 0)
+        .map(|(i, c)| (i as u64, c))
+        .unzip();
     assert_eq!(ctxs.len() as u64, h.contexts_used);
+    // made in order: entries 1..=contexts_used, so a process keeps few pages of the table
+    assert_eq!(at, (1..=h.contexts_used).collect::<Vec<_>>());
     assert!(ctxs.iter().all(|c| c.nframes >= 1 && c.frames[0] != 0));
     // sealed: no one, the process included, can change its size under a reader
     use std::os::fd::AsRawFd;

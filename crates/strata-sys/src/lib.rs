@@ -82,7 +82,7 @@ pub struct strata_topology_t {
 // ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
 
 pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
-pub const STRATA_CHANNEL_VERSION: u32 = 4;
+pub const STRATA_CHANNEL_VERSION: u32 = 5;
 pub const STRATA_CHANNEL_NAME: &str = "strata.channel";
 pub const STRATA_CONTEXT_CAPACITY: u64 = 1 << 16;
 pub const STRATA_OBJECT_CAPACITY: u64 = 1 << 20;

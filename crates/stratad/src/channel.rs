@@ -231,12 +231,14 @@ impl Channel {
         }
     }
 
-    /// The used contexts (the table is scanned again only when their count changed).
+    /// The used contexts (entries 1..=contexts_used, made in order; read again only when their
+    /// count changed).
     pub fn contexts(&mut self, out: &mut Vec<ContextObs>) {
         let used = self.header_now().contexts_used;
         if used != self.known_used {
             let mut known = Vec::new();
-            self.each_record(self.header.contexts_offset, 1, self.header.context_capacity, |i, c: Context| {
+            let to = used.saturating_add(1).min(self.header.context_capacity);
+            self.each_record(self.header.contexts_offset, 1, to, |i, c: Context| {
                 if c.id != 0 {
                     known.push(i as u32);
                 }
@@ -359,7 +361,7 @@ mod tests {
             object_bytes: ob as u64,
             objects_offset: obj_off as u64,
             objects_high: 3,
-            contexts_used: 2,
+            contexts_used: 5, // entries 1..=5 (1, 2 and 4 left empty: a reader skips them)
             contexts_dropped: 0,
             objects_dropped: 0,
             default_directive: STRATA_DIRECTIVE_DEFAULT,
