@@ -33,6 +33,10 @@ pub struct Args {
     /// Stop after this many rounds (else at SIGINT or SIGTERM)
     #[arg(long)]
     rounds: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics from the daemon itself [default: the
+    /// configuration's metrics.listen; unset: not served]
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// JSON: with --probe the trackers and movers, else the statistics at exit
     #[arg(long)]
     json: bool,
@@ -63,6 +67,18 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+    }
+    // the endpoint is bound before the first round, so a taken address stops the start
+    let (cfg, _) = options.load()?;
+    let listen = a.metrics.or_else(|| cfg.metrics.listen.as_deref().and_then(|l| l.parse().ok()));
+    if let Some(addr) = listen {
+        let listener = crate::metrics::bind(addr)?;
+        let (socket, top) = (cfg.daemon.socket.clone(), cfg.metrics.top_contexts.unwrap_or(20));
+        std::thread::Builder::new().name("metrics".into()).spawn(move || {
+            if let Err(e) = crate::metrics::serve(listener, socket, top, "strata daemon") {
+                eprintln!("strata daemon: metrics: {e:#}");
+            }
+        })?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

@@ -1,6 +1,7 @@
-//! `strata stats --metrics ADDR`: what `strata stats --json` shows, as Prometheus metrics at
-//! `http://ADDR/metrics` (the OpenMetrics text format, encoded by prometheus-client and served
-//! by axum), gathered afresh at every scrape.
+//! What `strata stats --json` shows, as Prometheus metrics at `http://ADDR/metrics` (the
+//! OpenMetrics text format, encoded by prometheus-client and served by axum), gathered afresh
+//! at every scrape: served by the daemon itself (`[metrics] listen = "ADDR"` in its
+//! configuration, or `strata daemon --metrics ADDR`), or by `strata stats --metrics ADDR`.
 //!
 //! | metric | labels | what |
 //! |---|---|---|
@@ -16,6 +17,15 @@
 //! | `strata_daemon_migration_rate_bytes_per_second` | | over the last ten seconds |
 //! | `strata_daemon_cpu_seconds_total` | | the engine's CPU time |
 //! | `strata_daemon_fast_share_bytes` | group, priority | a group's share of the fast tier, when shared |
+//! | `strata_daemon_attempted_pages_total`, `..._pingpong_pages_total` | | moves asked; pages moved back within `mover.pingpong_rounds` |
+//! | `strata_process_info` | pid, command, cgroup, exe | 1 per managed process (join the others on pid) |
+//! | `strata_process_promoted_bytes_total`, `..._demoted_bytes_total` | pid, command | what the daemon moved of it |
+//! | `strata_process_attempted_pages_total`, `..._pingpong_pages_total` | pid, command | moves asked for it; moved back |
+//! | `strata_process_refused_pages_total` | pid, command, reason | its moves refused, by reason |
+//! | `strata_process_tracker_up` | pid, command, tracker | 0 when its tracker failed in the last round |
+//! | `strata_cgroup_promoted_bytes_total`, `..._demoted_bytes_total` | cgroup | the same summed per cgroup |
+//! | `strata_context_live_bytes` | pid, command, context | the largest contexts' live bytes (the top of `strata stats`) |
+//! | `strata_agent_pages_total` | pid, command, outcome | transactional moves (shadow_demotion: a shadow hit) |
 //!
 //! Anyone who can reach the address can connect, so what they can take is bounded: at most
 //! `MAX_CONNECTIONS` at once (more are closed as they come), each closed after `IDLE` without a
@@ -79,6 +89,33 @@ struct AgentLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessReasonLabels {
+    pid: String,
+    command: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InfoLabels {
+    pid: String,
+    command: String,
+    cgroup: String,
+    exe: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CgroupLabel {
+    cgroup: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContextLabels {
+    pid: String,
+    command: String,
+    context: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +183,12 @@ pub fn render(s: &Status) -> String {
             priority.get_or_create(&l).set(prio.into());
         }
     }
+    let live = family::<ContextLabels, Gauge>(&mut r, "context_live_bytes", "Live bytes of an allocation context");
+    for c in &s.top_contexts {
+        let command = s.processes.iter().find(|p| p.pid == c.pid).map_or(String::new(), |p| p.command.clone());
+        live.get_or_create(&ContextLabels { pid: c.pid.to_string(), command, context: c.id.clone() })
+            .set(c.live_bytes as i64);
+    }
     gauge(&mut r, "daemon_up", "1 when a daemon answers on its socket", if s.daemon.is_some() { 1.0 } else { 0.0 });
     if let Some(d) = &s.daemon {
         let st = &d.stats;
@@ -194,6 +237,19 @@ pub fn render(s: &Status) -> String {
             }
             shadows.get_or_create(&ProcessLabels { pid, command }).set(a.shadows as i64);
         }
+        process_moves(&mut r, d);
+        counter(
+            &mut r,
+            "daemon_attempted_pages",
+            "Page moves policies asked for (moved or refused)",
+            st.attempted_pages,
+        );
+        counter(
+            &mut r,
+            "daemon_pingpong_pages",
+            "Pages moved back the other way within mover.pingpong_rounds rounds",
+            st.pingpong_pages,
+        );
         counter(&mut r, "daemon_rounds", "Rounds the daemon ran", st.rounds);
         counter(&mut r, "daemon_pages_scanned", "Pages its trackers reported", st.pages_scanned);
         counter(&mut r, "daemon_promoted_bytes", "Bytes moved to a faster tier", st.promoted_bytes);
@@ -224,6 +280,49 @@ pub fn render(s: &Status) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String");
     out
+}
+
+/// What the daemon did for each process, and for each cgroup.
+fn process_moves(r: &mut Registry, d: &stratad::status::DaemonStatus) {
+    let info = family::<InfoLabels, Gauge>(r, "process_info", "1 for each process the daemon manages");
+    let up = family::<TrackerLabels, Gauge>(r, "process_tracker_up", "0 when the process's tracker failed last round");
+    let promoted = family::<ProcessLabels, Counter>(r, "process_promoted_bytes", "Its bytes moved to a faster tier");
+    let demoted = family::<ProcessLabels, Counter>(r, "process_demoted_bytes", "Its bytes moved to a slower tier");
+    let attempted =
+        family::<ProcessLabels, Counter>(r, "process_attempted_pages", "Its page moves asked for (moved or refused)");
+    let pingpong =
+        family::<ProcessLabels, Counter>(r, "process_pingpong_pages", "Its pages moved back within the window");
+    let refused =
+        family::<ProcessReasonLabels, Counter>(r, "process_refused_pages", "Its page moves refused, by reason");
+    let cg_promoted =
+        family::<CgroupLabel, Counter>(r, "cgroup_promoted_bytes", "Bytes of the cgroup's processes promoted");
+    let cg_demoted =
+        family::<CgroupLabel, Counter>(r, "cgroup_demoted_bytes", "Bytes of the cgroup's processes demoted");
+    for p in &d.processes {
+        let m = &p.process;
+        let (pid, command) = (m.pid.to_string(), m.command.clone());
+        let cgroup = m.ids.cgroup.clone().unwrap_or_default();
+        let exe = m.ids.exe.as_ref().map_or(String::new(), |e| e.display().to_string());
+        info.get_or_create(&InfoLabels { pid: pid.clone(), command: command.clone(), cgroup: cgroup.clone(), exe })
+            .set(1);
+        let tracker = serde_json::to_value(m.tracker).ok().and_then(|v| v.as_str().map(String::from));
+        let t = TrackerLabels { pid: pid.clone(), command: command.clone(), tracker: tracker.unwrap_or_default() };
+        up.get_or_create(&t).set(i64::from(m.tracker_error.is_none()));
+        let Some(st) = d.stats.processes.get(&m.pid) else { continue };
+        let l = ProcessLabels { pid: pid.clone(), command: command.clone() };
+        promoted.get_or_create(&l).inc_by(st.promoted_bytes);
+        demoted.get_or_create(&l).inc_by(st.demoted_bytes);
+        attempted.get_or_create(&l).inc_by(st.attempted_pages);
+        pingpong.get_or_create(&l).inc_by(st.pingpong_pages);
+        for (why, n) in &st.refused_pages {
+            let l = ProcessReasonLabels { pid: pid.clone(), command: command.clone(), reason: why.clone() };
+            refused.get_or_create(&l).inc_by(*n);
+        }
+        if !cgroup.is_empty() {
+            cg_promoted.get_or_create(&CgroupLabel { cgroup: cgroup.clone() }).inc_by(st.promoted_bytes);
+            cg_demoted.get_or_create(&CgroupLabel { cgroup }).inc_by(st.demoted_bytes);
+        }
+    }
 }
 
 struct Scrape {
@@ -320,14 +419,22 @@ impl tokio::io::AsyncWrite for Conn {
     }
 }
 
-/// Serve the metrics at http://addr/metrics until the process is stopped.
-pub fn serve(addr: SocketAddr, socket: PathBuf, top: usize) -> anyhow::Result<()> {
+/// The endpoint's socket, bound now so that a taken address is an error at start.
+pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr} for metrics"))?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+/// Serve the metrics at http://ADDR/metrics on `listener` until the process is stopped; `who`
+/// names the server in its one line on stderr.
+pub fn serve(listener: std::net::TcpListener, socket: PathBuf, top: usize, who: &str) -> anyhow::Result<()> {
     let state = Arc::new(Scrape { machine: Mutex::new(Linux::new()), socket, top });
     let app = Router::new().route("/metrics", get(metrics)).with_state(state);
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
-        eprintln!("strata stats: serving Prometheus metrics at http://{}/metrics", listener.local_addr()?);
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        eprintln!("{who}: serving Prometheus metrics at http://{}/metrics", listener.local_addr()?);
         let capped = Capped { listener, slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)) };
         axum::serve(capped, app).await.context("serving metrics")
     })

@@ -37,7 +37,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(crate::Usage("--watch takes a positive number of seconds".into()).into());
     }
     if let Some(addr) = a.metrics {
-        return crate::metrics::serve(addr, crate::config::socket(a.socket), a.top);
+        return crate::metrics::serve(
+            crate::metrics::bind(addr)?,
+            crate::config::socket(a.socket),
+            a.top,
+            "strata stats",
+        );
     }
     let socket = crate::config::socket(a.socket);
     let mut m = stratad::linux::Linux::new();

@@ -345,6 +345,35 @@ fn the_metrics_endpoint_serves_what_stats_json_shows() {
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
 }
 
+/// `[metrics] listen` serves the endpoint from the daemon itself, with no second process: each
+/// managed process with its cgroup and its tracker's health, and the daemon's counters.
+#[test]
+fn the_daemon_serves_its_own_metrics_when_configured() {
+    let dir = Dir::new("daemon-own-metrics");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let text = format!("[daemon]\npolicy = \"first-touch\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n");
+    let (daemon, sock) = daemon_with(&dir, &text, "20");
+    let mut child = under_strata("sh", &sock).args(["-c", "x=$(seq 1 20000); sleep 20"]).spawn().unwrap();
+    let pid = child.id();
+    stats_until(&sock, |v| managed(v, pid).is_some());
+    let body = scrape(port);
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let cgroup = cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap().to_string();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(daemon);
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    let line =
+        |name: &str, labels: &str| body.lines().find(|l| l.starts_with(name) && l.contains(labels)).map(str::to_string);
+    let up = line("strata_daemon_up ", "").and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(up, Some(1.0), "{body}");
+    let info = line("strata_process_info{", &format!("pid=\"{pid}\"")).unwrap_or_else(|| panic!("{body}"));
+    assert!(info.contains(&format!("cgroup=\"{cgroup}\"")), "{info}");
+    assert!(line("strata_process_tracker_up{", &format!("pid=\"{pid}\"")).is_some(), "{body}");
+    assert!(line("strata_daemon_pingpong_pages_total", "").is_some(), "{body}");
+    assert!(line("strata_daemon_attempted_pages_total", "").is_some(), "{body}");
+}
+
 /// The security review's L9: `strata --config FILE stats` and `attach` talk to the daemon that
 /// FILE configures, not to the default socket.
 #[test]

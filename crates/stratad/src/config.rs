@@ -30,6 +30,21 @@ pub struct Config {
     /// the live daemon's rules for processes, by command name ([[process]])
     #[serde(default, rename = "process")]
     pub processes: Vec<ProcessRule>,
+    /// the live daemon's Prometheus endpoint
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// The live daemon's Prometheus endpoint (`strata stats --metrics` serves the same from a
+/// process of its own).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// where to serve http://ADDR/metrics, e.g. "127.0.0.1:9464" (unset: not served). Anyone
+    /// who can reach it reads every managed process's pid, command, cgroup and counters
+    pub listen: Option<String>,
+    /// contexts per process in the per-context metrics, the largest by live bytes
+    pub top_contexts: Option<usize>,
 }
 
 /// The machine's tiers, where the kernel's own are not what should be used.
@@ -91,6 +106,9 @@ pub struct MoverConfig {
     /// transactional: every agent drops its shadows when a slower node has less than this share
     /// of it free (shadows never make an allocation fail)
     pub shadow_reclaim_fraction: f64,
+    /// a page moved back the other way within this many rounds of its last move counts as
+    /// ping-pong (the statistics' `pingpong_pages`, per process and in all)
+    pub pingpong_rounds: u64,
 }
 
 /// How the mover moves a page.
@@ -109,6 +127,7 @@ impl Default for MoverConfig {
             mechanism: Mechanism::MovePages,
             attempts: 3,
             shadow_reclaim_fraction: 0.05,
+            pingpong_rounds: 10,
         }
     }
 }
@@ -355,6 +374,12 @@ impl Config {
                 format!("mover.attempts must be 1 to {most} (copies of a page a round), not {}", self.mover.attempts);
             return Err(Bad::new("mover", "attempts", m));
         }
+        if let Some(l) = &self.metrics.listen {
+            if l.parse::<std::net::SocketAddr>().is_err() {
+                let m = format!("metrics.listen must be an address and port such as \"127.0.0.1:9464\", not {l:?}");
+                return Err(Bad::new("metrics", "listen", m));
+            }
+        }
         if !(0.0..1.0).contains(&self.mover.shadow_reclaim_fraction) {
             let m =
                 format!("mover.shadow_reclaim_fraction must be in [0, 1), not {}", self.mover.shadow_reclaim_fraction);
@@ -588,6 +613,10 @@ mod tests {
             )
         );
         assert!(c.processes.is_empty());
+        assert_eq!(c.metrics, MetricsConfig::default(), "no endpoint unless asked");
+        Config::parse("[metrics]\nlisten = \"127.0.0.1:9464\"\n", "ambix").unwrap();
+        let e = Config::parse("[metrics]\nlisten = \"localhost\"\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("metrics.listen"), "{e}");
         // and its commented process rule is one
         let text = std::fs::read_to_string(&p).unwrap();
         let rule: String = text

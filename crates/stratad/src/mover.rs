@@ -2,9 +2,10 @@
 //! the machine's time) and a cap per round: moves to slower tiers first, since they make the room
 //! that moves to faster ones need; among moves to one tier, the processes' priorities first
 //! (promotions of the highest-priority processes, demotions of the lowest), then the actions'
-//! own priorities.
+//! own priorities. It counts, in all and per process, what was asked, moved and refused (by
+//! reason), and ping-pong: a page moved back the other way within `pingpong_rounds` rounds.
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use strata_policy::{Action, Node, Tier};
 
@@ -17,12 +18,38 @@ pub struct Mover {
     /// bytes it may still move
     tokens: f64,
     last_ns: Option<u64>,
+    /// rounds applied so far
+    round: u64,
+    /// the pages moved in the last `pingpong_rounds` rounds: (pid, page) -> (round, promoted)
+    recent: HashMap<(u32, u64), (u64, bool)>,
+}
+
+/// `n` pages of process `pid` refused for `why`, in all and for the process.
+fn refuse(stats: &mut Stats, pid: u32, why: Refusal, n: u64) {
+    if n == 0 {
+        return;
+    }
+    *stats.refused_pages.entry(why.name()).or_default() += n;
+    *stats.processes.entry(pid).or_default().refused_pages.entry(why.name()).or_default() += n;
 }
 
 impl Mover {
     pub fn new(cfg: MoverConfig) -> Mover {
         let tokens = cfg.max_bytes_per_round as f64;
-        Mover { cfg, tokens, last_ns: None }
+        Mover { cfg, tokens, last_ns: None, round: 0, recent: HashMap::new() }
+    }
+
+    /// A page of `pid` moved up (`promoted`) or down this round: ping-pong when its last move,
+    /// within the window, went the other way.
+    fn note_move(&mut self, stats: &mut Stats, pid: u32, page: u64, promoted: bool) {
+        let back = self
+            .recent
+            .insert((pid, page), (self.round, promoted))
+            .is_some_and(|(r, up)| up != promoted && self.round - r <= self.cfg.pingpong_rounds);
+        if back {
+            stats.pingpong_pages += 1;
+            stats.processes.entry(pid).or_default().pingpong_pages += 1;
+        }
     }
 
     fn refill(&mut self, now_ns: u64) {
@@ -49,6 +76,9 @@ impl Mover {
         priority_of: &BTreeMap<u32, i32>,
     ) {
         self.refill(now_ns);
+        self.round += 1;
+        let (round, window) = (self.round, self.cfg.pingpong_rounds);
+        self.recent.retain(|_, (r, _)| round - *r <= window);
         let nodes = m.nodes();
         let tier_of = |n: Node| nodes.iter().find(|x| x.node == n).map_or(Tier::MAX, |x| x.tier);
         // moves to slower tiers first (they make the room the others need); to the fastest
@@ -107,7 +137,7 @@ impl Mover {
     ) {
         let page = m.page_bytes();
         if targets.is_empty() {
-            *stats.refused_pages.entry(Refusal::BadTier.name()).or_default() += len.div_ceil(page);
+            refuse(stats, pid, Refusal::BadTier, len.div_ceil(page));
             return;
         }
         // only the pages that are elsewhere spend the budget; pages not resident (an object's
@@ -120,9 +150,11 @@ impl Mover {
                 _ => {}
             }
         }
+        stats.attempted_pages += pages.len() as u64;
+        stats.processes.entry(pid).or_default().attempted_pages += pages.len() as u64;
         let affordable = ((self.tokens.max(0.0) as u64).min(round.cap) / page) as usize;
         if pages.len() > affordable {
-            *stats.refused_pages.entry(Refusal::Budget.name()).or_default() += (pages.len() - affordable) as u64;
+            refuse(stats, pid, Refusal::Budget, (pages.len() - affordable) as u64);
             pages.truncate(affordable);
         }
         let mut rest: &[(u64, Node)] = &pages;
@@ -138,7 +170,7 @@ impl Mover {
                 continue;
             }
             let addrs: Vec<u64> = go.iter().map(|g| g.0).collect();
-            for (st, &(_, from)) in m.move_pages(pid, &addrs, to).into_iter().zip(go) {
+            for (st, &(addr, from)) in m.move_pages(pid, &addrs, to).into_iter().zip(go) {
                 match st {
                     Ok(()) => {
                         self.tokens -= page as f64;
@@ -150,22 +182,25 @@ impl Mover {
                             stats.promoted_pages += 1;
                             stats.promoted_bytes += page;
                             p.promoted_pages += 1;
+                            p.promoted_bytes += page;
                         } else if tt > tf {
                             stats.demoted_pages += 1;
                             stats.demoted_bytes += page;
                             p.demoted_pages += 1;
+                            p.demoted_bytes += page;
                         } else {
                             stats.rebalanced_pages += 1;
                         }
                         stats.migrated_bytes += page;
+                        if tt != tf {
+                            self.note_move(stats, pid, addr, tt < tf);
+                        }
                     }
-                    Err(r) => *stats.refused_pages.entry(r.name()).or_default() += 1,
+                    Err(r) => refuse(stats, pid, r, 1),
                 }
             }
         }
-        if !rest.is_empty() {
-            *stats.refused_pages.entry(Refusal::NoRoom.name()).or_default() += rest.len() as u64;
-        }
+        refuse(stats, pid, Refusal::NoRoom, rest.len() as u64);
     }
 }
 
@@ -274,7 +309,8 @@ mod tests {
         let prio = BTreeMap::from([(1, -10), (2, 10)]);
         let up = |pid, addr: u64| Action::Move { pid, addr: addr * 4096, len: 2 * 4096, to: 0, priority: 0 };
         mover.apply(0, vec![up(1, 0), up(2, 2)], &mut m, &mut stats, &prio);
-        assert_eq!((stats.processes.get(&1).map(|p| p.promoted_pages), stats.processes[&2].promoted_pages), (None, 2));
+        assert_eq!((stats.processes[&1].promoted_pages, stats.processes[&2].promoted_pages), (0, 2));
+        assert_eq!(stats.processes[&1].refused_pages["budget"], 2, "asked, and refused for the budget");
         // now both have 2 pages fast (pages 2, 3 are process 2's; move process 1's up by hand)
         m.node[0] = 0;
         m.node[1] = 0;
@@ -283,7 +319,7 @@ mod tests {
             Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 2 * 4096, ..MoverConfig::default() });
         let mut stats = Stats::default();
         mover.apply(0, vec![down(2, 2), down(1, 0)], &mut m, &mut stats, &prio);
-        assert_eq!((stats.processes[&1].demoted_pages, stats.processes.get(&2).map(|p| p.demoted_pages)), (2, None));
+        assert_eq!((stats.processes[&1].demoted_pages, stats.processes[&2].demoted_pages), (2, 0));
     }
 
     fn promote(addr: u64, pages: u64) -> Action {
@@ -301,6 +337,41 @@ mod tests {
         assert_eq!(stats.refused_pages["no_room"], 20);
         assert!(!stats.refused_pages.contains_key("gone"), "pages not resident are skipped, not refused");
         assert_eq!(m.on(0), 10);
+    }
+
+    #[test]
+    fn each_process_gets_its_attempts_refusals_and_bytes() {
+        let mut m = Fake::two([10, 100], vec![1; 50]);
+        let mut mover =
+            Mover::new(MoverConfig { rate_mbps: 1e6, max_bytes_per_round: 1 << 30, ..MoverConfig::default() });
+        let mut stats = Stats::default();
+        let up = |pid, addr: u64, n: u64| Action::Move { pid, addr: addr * 4096, len: n * 4096, to: 0, priority: 0 };
+        mover.apply_all(0, vec![up(1, 0, 8), up(2, 20, 5)], &mut m, &mut stats);
+        let (p1, p2) = (&stats.processes[&1], &stats.processes[&2]);
+        assert_eq!((p1.attempted_pages, p1.promoted_pages, p1.promoted_bytes), (8, 8, 8 * 4096));
+        assert!(p1.refused_pages.is_empty(), "{:?}", p1.refused_pages);
+        assert_eq!((p2.attempted_pages, p2.promoted_pages, p2.refused_pages["no_room"]), (5, 2, 3));
+        assert_eq!((stats.attempted_pages, stats.refused_pages["no_room"]), (13, 3));
+    }
+
+    #[test]
+    fn a_page_moved_back_within_the_window_is_ping_pong() {
+        let mut m = Fake::two([100, 100], vec![1; 4]);
+        let mut mover = Mover::new(MoverConfig { pingpong_rounds: 2, ..MoverConfig::default() });
+        let mut stats = Stats::default();
+        let to = |addr: u64, tier: Tier| Action::Move { pid: 1, addr: addr * 4096, len: 4096, to: tier, priority: 0 };
+        mover.apply_all(0, vec![to(0, 0), to(1, 0)], &mut m, &mut stats); // round 1: both up
+        mover.apply_all(0, vec![to(0, 1)], &mut m, &mut stats); // round 2: page 0 back down
+        assert_eq!(stats.pingpong_pages, 1);
+        mover.apply_all(0, vec![to(0, 0)], &mut m, &mut stats); // round 3: and up again
+        assert_eq!(stats.pingpong_pages, 2);
+        mover.apply_all(0, vec![], &mut m, &mut stats); // rounds 4 and 5: nothing
+        mover.apply_all(0, vec![], &mut m, &mut stats);
+        mover.apply_all(0, vec![to(1, 1)], &mut m, &mut stats); // round 6: page 1, up at round 1, down
+        assert_eq!(stats.pingpong_pages, 2, "outside the window: not ping-pong");
+        mover.apply_all(0, vec![to(2, 0)], &mut m, &mut stats);
+        mover.apply_all(0, vec![to(2, 0)], &mut m, &mut stats); // already there: no move
+        assert_eq!((stats.pingpong_pages, stats.processes[&1].pingpong_pages), (2, 2));
     }
 
     #[test]

@@ -11,11 +11,25 @@ pub struct TierStats {
     pub free_bytes: u64,
 }
 
-/// What the engine moved of one process.
+/// What the engine moved of one process (the fields after the pages are absent in older
+/// reports).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessStats {
     pub promoted_pages: u64,
     pub demoted_pages: u64,
+    #[serde(default)]
+    pub promoted_bytes: u64,
+    #[serde(default)]
+    pub demoted_bytes: u64,
+    /// pages a policy asked to move that were resident elsewhere (moved or refused)
+    #[serde(default)]
+    pub attempted_pages: u64,
+    /// of those, the ones that did not move, by reason
+    #[serde(default)]
+    pub refused_pages: BTreeMap<String, u64>,
+    /// pages moved back the other way within `mover.pingpong_rounds` rounds of their last move
+    #[serde(default)]
+    pub pingpong_pages: u64,
 }
 
 /// The engine's statistics (`"engine"` in the emulator's report).
@@ -41,6 +55,12 @@ pub struct Stats {
     pub migrated_bytes: u64,
     /// pages a policy asked to move that did not, by reason (no_room, gone, budget, ...)
     pub refused_pages: BTreeMap<String, u64>,
+    /// pages a policy asked to move that were resident elsewhere (moved or refused)
+    #[serde(default)]
+    pub attempted_pages: u64,
+    /// pages moved back the other way within `mover.pingpong_rounds` rounds of their last move
+    #[serde(default)]
+    pub pingpong_pages: u64,
     pub directives_set: u64,
     /// directives the machine could not set (no channel)
     pub directives_refused: u64,
