@@ -24,6 +24,8 @@
 //! | `strata_process_refused_pages_total` | pid, command, reason | its moves refused, by reason |
 //! | `strata_process_tracker_up` | pid, command, tracker | 0 when its tracker failed in the last round |
 //! | `strata_cgroup_promoted_bytes_total`, `..._demoted_bytes_total` | cgroup | the same summed per cgroup |
+//! | `strata_process_heat_bytes` | pid, command, class | its bytes hot, warm and cold (crate stratad::heat) |
+//! | `strata_process_wss_bytes` | pid, command | its working set |
 //! | `strata_context_live_bytes` | pid, command, context | the largest contexts' live bytes (the top of `strata stats`) |
 //! | `strata_agent_pages_total` | pid, command, outcome | transactional moves (shadow_demotion: a shadow hit) |
 //!
@@ -104,6 +106,13 @@ struct InfoLabels {
     command: String,
     cgroup: String,
     exe: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    pid: String,
+    command: String,
+    class: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -298,6 +307,8 @@ fn process_moves(r: &mut Registry, d: &stratad::status::DaemonStatus) {
         family::<CgroupLabel, Counter>(r, "cgroup_promoted_bytes", "Bytes of the cgroup's processes promoted");
     let cg_demoted =
         family::<CgroupLabel, Counter>(r, "cgroup_demoted_bytes", "Bytes of the cgroup's processes demoted");
+    let heat = family::<ClassLabels, Gauge>(r, "process_heat_bytes", "Its bytes by heat class (hot, warm, cold)");
+    let wss = family::<ProcessLabels, Gauge>(r, "process_wss_bytes", "Its working set");
     for p in &d.processes {
         let m = &p.process;
         let (pid, command) = (m.pid.to_string(), m.command.clone());
@@ -308,6 +319,14 @@ fn process_moves(r: &mut Registry, d: &stratad::status::DaemonStatus) {
         let tracker = serde_json::to_value(m.tracker).ok().and_then(|v| v.as_str().map(String::from));
         let t = TrackerLabels { pid: pid.clone(), command: command.clone(), tracker: tracker.unwrap_or_default() };
         up.get_or_create(&t).set(i64::from(m.tracker_error.is_none()));
+        if let Some(h) = &p.heat {
+            let c = &h.classes;
+            for (class, b) in [("hot", c.hot_bytes), ("warm", c.warm_bytes), ("cold", c.cold_bytes)] {
+                let l = ClassLabels { pid: pid.clone(), command: command.clone(), class: class.into() };
+                heat.get_or_create(&l).set(b as i64);
+            }
+            wss.get_or_create(&ProcessLabels { pid: pid.clone(), command: command.clone() }).set(h.wss_bytes as i64);
+        }
         let Some(st) = d.stats.processes.get(&m.pid) else { continue };
         let l = ProcessLabels { pid: pid.clone(), command: command.clone() };
         promoted.get_or_create(&l).inc_by(st.promoted_bytes);

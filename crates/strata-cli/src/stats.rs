@@ -91,6 +91,19 @@ fn table(s: &Status) -> String {
             p.objects,
             bytes(p.tracked_bytes)
         );
+        if let Some(h) = &p.heat {
+            let c = &h.classes;
+            let _ = writeln!(
+                t,
+                "          hot {}, warm {}, cold {}; working set {} (over {} rounds{})",
+                bytes(c.hot_bytes),
+                bytes(c.warm_bytes),
+                bytes(c.cold_bytes),
+                bytes(h.wss_bytes),
+                h.rounds,
+                if p.tracker.is_some_and(|t| t.sees_reads()) { "" } else { "; writes only" }
+            );
+        }
     }
     if !s.top_contexts.is_empty() {
         t += "top contexts by live bytes:\n";

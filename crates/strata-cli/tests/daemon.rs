@@ -355,7 +355,7 @@ fn the_daemon_serves_its_own_metrics_when_configured() {
     let (daemon, sock) = daemon_with(&dir, &text, "20");
     let mut child = under_strata("sh", &sock).args(["-c", "x=$(seq 1 20000); sleep 20"]).spawn().unwrap();
     let pid = child.id();
-    stats_until(&sock, |v| managed(v, pid).is_some());
+    stats_until(&sock, |v| managed(v, pid).is_some_and(|p| !p["heat"].is_null()));
     let body = scrape(port);
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let cgroup = cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap().to_string();
@@ -371,7 +371,58 @@ fn the_daemon_serves_its_own_metrics_when_configured() {
     assert!(info.contains(&format!("cgroup=\"{cgroup}\"")), "{info}");
     assert!(line("strata_process_tracker_up{", &format!("pid=\"{pid}\"")).is_some(), "{body}");
     assert!(line("strata_daemon_pingpong_pages_total", "").is_some(), "{body}");
+    assert!(line("strata_process_wss_bytes{", &format!("pid=\"{pid}\"")).is_some(), "{body}");
+    assert!(line("strata_process_heat_bytes{", "class=\"cold\"").is_some(), "{body}");
     assert!(line("strata_daemon_attempted_pages_total", "").is_some(), "{body}");
+}
+
+/// How much of a program is hot and cold, on a program whose sets are known: 8 MiB written
+/// every round, 32 MiB written once and never again. The tracker here sees writes.
+#[test]
+fn stats_say_how_much_is_hot_and_cold_and_the_working_set_of_a_known_program() {
+    let dir = Dir::new("daemon-heat");
+    let (daemon, sock) = daemon_with(&dir, "[daemon]\npolicy = \"ambix\"\n[heat]\ncold_rounds = 10\n", "50");
+    let hold = dir.path("hold");
+    let mut child = under_strata(&repo("build/preload/hot_writer"), &sock)
+        .args(["8", "1", "32"])
+        .env("HOT_WRITER_HOLD", &hold)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // rounds go by whatever the host's load: wait for 15 of them (the cold set is cold after 10)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let heat = loop {
+        let v = json(&["stats", "--json", "--socket", &sock]);
+        let p = v["processes"].as_array().and_then(|a| a.iter().find(|p| p["pid"] == pid).cloned());
+        let heat = p.map(|p| p["heat"].clone()).unwrap_or(Value::Null);
+        if heat["rounds"].as_u64() >= Some(15) || std::time::Instant::now() > deadline {
+            break heat;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let (code, text, err) = strata(&["stats", "--socket", &sock]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(&hold, "").unwrap();
+    let _ = child.wait();
+    drop(daemon);
+    let mib = |k: &str| heat[k].as_f64().unwrap_or_else(|| panic!("{k}: {heat}")) / 1048576.0;
+    let near = |got: f64, want: f64| (got - want).abs() <= want * 0.10;
+    assert!(near(mib("wss_bytes"), 8.0), "working set {} MiB, not 8: {heat}", mib("wss_bytes"));
+    assert!(near(mib("hot_bytes") + mib("warm_bytes"), 8.0), "{heat}");
+    assert!(near(mib("cold_bytes"), 32.0), "cold {} MiB, not 32: {heat}", mib("cold_bytes"));
+    // by allocation context: the hot buffer's and the cold buffer's
+    let ctx: Vec<(f64, f64)> = heat["contexts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|c| {
+            (c["hot_bytes"].as_f64().unwrap() + c["warm_bytes"].as_f64().unwrap(), c["cold_bytes"].as_f64().unwrap())
+        })
+        .collect();
+    assert!(ctx.iter().any(|&(h, c)| h == 8.0 * 1048576.0 && c == 0.0), "{heat}");
+    assert!(ctx.iter().any(|&(h, c)| h == 0.0 && c == 32.0 * 1048576.0), "{heat}");
+    assert!(text.contains("working set 8.0 MiB") && text.contains("writes only"), "{text}");
 }
 
 /// The security review's L9: `strata --config FILE stats` and `attach` talk to the daemon that

@@ -33,6 +33,9 @@ pub struct Config {
     /// the live daemon's Prometheus endpoint
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// the live daemon's heat classes (hot, warm, cold) and working set
+    #[serde(default)]
+    pub heat: crate::heat::HeatConfig,
 }
 
 /// The live daemon's Prometheus endpoint (`strata stats --metrics` serves the same from a
@@ -374,6 +377,13 @@ impl Config {
                 format!("mover.attempts must be 1 to {most} (copies of a page a round), not {}", self.mover.attempts);
             return Err(Bad::new("mover", "attempts", m));
         }
+        if self.heat.hot_rounds == 0 || self.heat.cold_rounds <= self.heat.hot_rounds {
+            let m = format!(
+                "heat.cold_rounds ({}) must be above heat.hot_rounds ({}), and hot_rounds at least 1",
+                self.heat.cold_rounds, self.heat.hot_rounds
+            );
+            return Err(Bad::new("heat", "cold_rounds", m));
+        }
         if let Some(l) = &self.metrics.listen {
             if l.parse::<std::net::SocketAddr>().is_err() {
                 let m = format!("metrics.listen must be an address and port such as \"127.0.0.1:9464\", not {l:?}");
@@ -614,6 +624,9 @@ mod tests {
         );
         assert!(c.processes.is_empty());
         assert_eq!(c.metrics, MetricsConfig::default(), "no endpoint unless asked");
+        assert_eq!(c.heat, crate::heat::HeatConfig::default());
+        let e = Config::parse("[heat]\nhot_rounds = 5\ncold_rounds = 5\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("heat.cold_rounds"), "{e}");
         Config::parse("[metrics]\nlisten = \"127.0.0.1:9464\"\n", "ambix").unwrap();
         let e = Config::parse("[metrics]\nlisten = \"localhost\"\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("metrics.listen"), "{e}");

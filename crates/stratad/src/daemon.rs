@@ -216,6 +216,7 @@ impl Daemon {
                     DaemonProcess {
                         priority: self.engine.priority(&obs),
                         max_fast_bytes: cfg.rule(&obs).and_then(|r| r.max_fast_bytes),
+                        heat: self.engine.heat().and_then(|h| h.of(p.pid)),
                         process: p,
                     }
                 })
@@ -370,7 +371,8 @@ pub fn run(
     // (a kernel without DAMON is the usual case: the probe in the status says why)
     let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
     let _ = machine.set_trackers(&cfg.trackers(), cfg.daemon.damon_max_processes, round);
-    let engine = Engine::new(&policy, cfg, &mut machine)?;
+    let mut engine = Engine::new(&policy, cfg, &mut machine)?;
+    engine.watch_heat(&mut machine);
     let shared = Arc::new(Mutex::new(None));
     let inbox = Inbox::new();
     let daemon_cfg = engine.config().daemon.clone();

@@ -11,6 +11,7 @@ use strata_policy::{Action, Needs, Observations, Policy};
 use strata_util::thread_cpu_ns;
 
 use crate::config::Config;
+use crate::heat::Heat;
 use crate::machine::{Machine, ProcessObs};
 use crate::mover::Mover;
 use crate::share::{self, Group, GroupKey, Member};
@@ -26,6 +27,8 @@ pub struct Engine {
     mover: Mover,
     stats: Stats,
     needs: Needs,
+    /// the processes' heat classes, where watched (the live daemon)
+    heat: Option<Heat>,
 }
 
 /// What policy `name` needs, once the configuration checks and the machine can provide it.
@@ -96,6 +99,7 @@ impl Engine {
             policies: BTreeMap::new(),
             mover,
             needs,
+            heat: None,
         })
     }
 
@@ -108,6 +112,9 @@ impl Engine {
             self.policies.clear();
         }
         self.mover.reconfigure(cfg.mover.clone());
+        if let Some(h) = &mut self.heat {
+            h.reconfigure(cfg.heat.clone());
+        }
         self.stats.policy = made.into();
         (self.name, self.cfg, self.needs) = (name.into(), cfg, needs);
         Ok(())
@@ -126,6 +133,18 @@ impl Engine {
         &self.stats
     }
 
+    /// Keep every process's heat classes and working set from now on (crate::heat): the page
+    /// scans run every round for it, and the tracked objects are read, whatever the policy needs.
+    pub fn watch_heat(&mut self, m: &mut dyn Machine) {
+        if m.can_scan() {
+            self.heat = Some(Heat::new(self.cfg.heat.clone()));
+        }
+    }
+
+    pub fn heat(&self) -> Option<&Heat> {
+        self.heat.as_ref()
+    }
+
     /// A process's priority: given from outside, else its configuration rule's, else its own.
     pub fn priority(&self, p: &ProcessObs) -> i32 {
         p.given_priority.or_else(|| self.cfg.rule(p).and_then(|r| r.priority)).unwrap_or(p.claimed_priority)
@@ -136,6 +155,9 @@ impl Engine {
         let start = thread_cpu_ns();
         let obs = self.observe(m);
         let procs = m.processes();
+        if let Some(h) = &mut self.heat {
+            h.update(&obs, &procs.iter().map(|p| p.pid).collect::<Vec<_>>());
+        }
         let priority_of: BTreeMap<u32, i32> = procs.iter().map(|p| (p.pid, self.priority(p))).collect();
         let t = thread_cpu_ns();
         let now = obs.now_ns;
@@ -156,14 +178,14 @@ impl Engine {
         let nodes = m.nodes();
         let tiers = strata_policy::tiers_of(&nodes);
         let mut obs = Observations { now_ns: m.now_ns(), page_bytes: page, tiers, nodes, ..Default::default() };
-        if self.needs.scan {
+        if self.needs.scan || self.heat.is_some() {
             obs.scan_complete = m.scan(self.cfg.scanner.scan_bytes / page, &mut obs.pages);
         }
         if self.needs.samples {
             m.samples(&mut obs.samples);
         }
         m.hint_faults(&mut obs.hint_faults);
-        if self.needs.objects {
+        if self.needs.objects || self.heat.is_some() {
             m.objects(&mut obs.objects);
         }
         if self.needs.contexts {

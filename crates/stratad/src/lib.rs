@@ -20,6 +20,7 @@ pub mod daemon;
 mod damon;
 pub mod emulated;
 mod engine;
+pub mod heat;
 pub mod linux;
 mod machine;
 mod mover;

@@ -81,6 +81,11 @@ impl Tracker {
             Tracker::None => "none",
         }
     }
+
+    /// Whether it sees reads as well as writes (DAMON's accessed bits, hint-fault samples).
+    pub fn sees_reads(self) -> bool {
+        matches!(self, Tracker::DamonVaddr | Tracker::HintFault)
+    }
 }
 
 /// The trackers the daemon can use.

@@ -38,6 +38,9 @@ pub struct ProcessStatus {
     /// its priority in force and how the daemon sees its writes, when a daemon manages it
     pub priority: Option<i32>,
     pub tracker: Option<crate::linux::Tracker>,
+    /// hot, warm and cold bytes and the working set, as the daemon's trackers see them
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heat: Option<crate::heat::ProcessHeat>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -70,6 +73,10 @@ pub struct DaemonProcess {
     pub priority: i32,
     /// its fast-tier limit, from its configuration rule
     pub max_fast_bytes: Option<u64>,
+    /// how much of it is hot, warm and cold, and its working set (crate::heat), where the
+    /// daemon's trackers see it
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heat: Option<crate::heat::ProcessHeat>,
 }
 
 /// The daemon's status, as it answers `{"op":"status"}`.
@@ -152,6 +159,7 @@ pub fn gather(m: &mut Linux, socket: &Path, top: usize) -> Status {
                 tracked_bytes: mine.map(|o| o.len).sum(),
                 priority: managed.map(|p| p.priority),
                 tracker: managed.map(|p| p.process.tracker),
+                heat: managed.and_then(|p| p.heat.clone()),
             }
         })
         .collect();

@@ -1,0 +1,250 @@
+//! How much of each process is hot, warm and cold, and how large its working set is: the first
+//! question an evaluator asks (damo answers it with `report wss`, memtierd with heat classes).
+//!
+//! From what the round's trackers saw, each page keeps the round it was last seen accessed (or,
+//! never seen accessed, the round it was first seen). Its idle age is the rounds since. A page
+//! is hot when accessed in the last `hot_rounds` rounds, cold when idle for `cold_rounds` or
+//! more, warm in between; the working set is the bytes accessed in the last `cold_rounds`
+//! rounds. What "accessed" means is the tracker's: pagemap-scan and soft-dirty see writes only,
+//! DAMON and hint-fault samples reads too (docs/daemon.md). A page the scans stop reporting
+//! (freed, or the process gone) is forgotten at the end of the pass. Tracked objects give the
+//! same per allocation context. The live daemon keeps this; emulated runs do not.
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use strata_policy::Observations;
+
+/// The heat classes' bounds, in rounds (`[heat]` in the configuration).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeatConfig {
+    /// a page accessed within this many rounds is hot
+    pub hot_rounds: u64,
+    /// a page idle for this many rounds or more is cold; the working set is what was accessed
+    /// within them
+    pub cold_rounds: u64,
+}
+
+impl Default for HeatConfig {
+    fn default() -> HeatConfig {
+        HeatConfig { hot_rounds: 1, cold_rounds: 10 }
+    }
+}
+
+/// Bytes by heat class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Classes {
+    pub hot_bytes: u64,
+    pub warm_bytes: u64,
+    pub cold_bytes: u64,
+}
+
+/// One process's heat.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessHeat {
+    #[serde(flatten)]
+    pub classes: Classes,
+    /// bytes accessed within the last `cold_rounds` rounds
+    pub wss_bytes: u64,
+    /// bytes idle for at least 1, 2, 4, 8, ... rounds (key: the rounds)
+    pub idle_bytes: BTreeMap<u64, u64>,
+    /// rounds the process has been watched: while fewer than `cold_rounds`, nothing is cold yet
+    pub rounds: u64,
+    /// its tracked objects' pages, by allocation context (the channel's index)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub contexts: BTreeMap<u32, Classes>,
+}
+
+#[derive(Clone, Copy)]
+struct Page {
+    /// the round it was last accessed, or first seen when never accessed
+    since: u64,
+    /// the round it was last reported
+    seen: u64,
+}
+
+#[derive(Default)]
+struct Process {
+    pages: HashMap<u64, Page>,
+    first_round: u64,
+    /// its tracked objects at the last round: (addr, len, context), by address
+    objects: Vec<(u64, u64, u32)>,
+}
+
+pub struct Heat {
+    cfg: HeatConfig,
+    round: u64,
+    /// the first round of the scan pass under way
+    pass_start: u64,
+    page_bytes: u64,
+    processes: BTreeMap<u32, Process>,
+}
+
+impl Heat {
+    pub fn new(cfg: HeatConfig) -> Heat {
+        Heat { cfg, round: 0, pass_start: 1, page_bytes: 4096, processes: BTreeMap::new() }
+    }
+
+    /// New class bounds; what was seen stays.
+    pub fn reconfigure(&mut self, cfg: HeatConfig) {
+        self.cfg = cfg;
+    }
+
+    /// One round's observations; `alive` are the processes that still run.
+    pub fn update(&mut self, obs: &Observations, alive: &[u32]) {
+        self.round += 1;
+        self.page_bytes = obs.page_bytes.max(1);
+        let round = self.round;
+        self.processes.retain(|pid, _| alive.contains(pid));
+        for &pid in alive {
+            self.processes.entry(pid).or_insert_with(|| Process { first_round: round, ..Default::default() });
+        }
+        let mut touch = |pid: u32, addr: u64, accessed: bool| {
+            let Some(p) = self.processes.get_mut(&pid) else { return };
+            let e = p.pages.entry(addr).or_insert(Page { since: round, seen: round });
+            e.seen = round;
+            if accessed {
+                e.since = round;
+            }
+        };
+        for p in &obs.pages {
+            touch(p.pid, p.addr, p.accessed || p.dirty);
+        }
+        let page = self.page_bytes;
+        for f in &obs.hint_faults {
+            touch(f.pid, f.addr / page * page, true);
+        }
+        if obs.scan_complete {
+            let start = self.pass_start;
+            for p in self.processes.values_mut() {
+                p.pages.retain(|_, pg| pg.seen >= start);
+            }
+            self.pass_start = round + 1;
+        }
+        if !obs.objects.is_empty() {
+            for p in self.processes.values_mut() {
+                p.objects.clear();
+            }
+            for o in &obs.objects {
+                if let Some(p) = self.processes.get_mut(&o.pid) {
+                    p.objects.push((o.addr, o.len, o.context));
+                }
+            }
+            for p in self.processes.values_mut() {
+                p.objects.sort_unstable();
+            }
+        }
+    }
+
+    /// Which class a page idle for `age` rounds is in.
+    fn class(&self, age: u64) -> usize {
+        if age < self.cfg.hot_rounds {
+            0
+        } else if age < self.cfg.cold_rounds {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// A process's heat, None when it is not watched.
+    pub fn of(&self, pid: u32) -> Option<ProcessHeat> {
+        let p = self.processes.get(&pid)?;
+        let mut h = ProcessHeat { rounds: self.round + 1 - p.first_round, ..Default::default() };
+        let add = |c: &mut Classes, class: usize, bytes: u64| match class {
+            0 => c.hot_bytes += bytes,
+            1 => c.warm_bytes += bytes,
+            _ => c.cold_bytes += bytes,
+        };
+        for (&addr, pg) in &p.pages {
+            let age = self.round - pg.since;
+            let class = self.class(age);
+            add(&mut h.classes, class, self.page_bytes);
+            if age < self.cfg.cold_rounds {
+                h.wss_bytes += self.page_bytes;
+            }
+            let mut at = 1;
+            while at <= age {
+                *h.idle_bytes.entry(at).or_default() += self.page_bytes;
+                at *= 2;
+            }
+            // the tracked object holding it, if any: the last one starting at or below it
+            let i = p.objects.partition_point(|o| o.0 <= addr);
+            if let Some(&(start, len, ctx)) = i.checked_sub(1).map(|i| &p.objects[i]) {
+                if addr < start + len && ctx != 0 {
+                    add(h.contexts.entry(ctx).or_default(), class, self.page_bytes);
+                }
+            }
+        }
+        Some(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_policy::{ObjectObs, PageObs};
+
+    fn round(pages: &[(u64, bool)], complete: bool) -> Observations {
+        Observations {
+            page_bytes: 4096,
+            scan_complete: complete,
+            pages: pages
+                .iter()
+                .map(|&(i, accessed)| PageObs { pid: 7, addr: i * 4096, tier: 0, node: 0, accessed, dirty: false })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pages_are_hot_warm_or_cold_by_the_rounds_since_their_last_access() {
+        let mut h = Heat::new(HeatConfig { hot_rounds: 1, cold_rounds: 4 });
+        // pages 0-1 written every round, page 2 every third, pages 3-9 once at the start
+        for r in 0..8u64 {
+            let pages: Vec<(u64, bool)> = (0..10).map(|i| (i, i < 2 || (i == 2 && r % 3 == 0) || r == 0)).collect();
+            h.update(&round(&pages, true), &[7]);
+        }
+        let p = h.of(7).unwrap();
+        // after round 8: page 2 last written in round 7 (r = 6): idle 1, warm
+        assert_eq!(p.classes, Classes { hot_bytes: 2 * 4096, warm_bytes: 4096, cold_bytes: 7 * 4096 });
+        assert_eq!(p.wss_bytes, 3 * 4096);
+        assert_eq!(p.idle_bytes[&1], 8 * 4096);
+        assert_eq!(p.idle_bytes[&4], 7 * 4096, "idle 7 rounds: counted at 1, 2 and 4");
+        assert!(!p.idle_bytes.contains_key(&8));
+        assert_eq!(p.rounds, 8);
+        assert!(h.of(8).is_none(), "not watched");
+    }
+
+    #[test]
+    fn a_page_no_longer_reported_is_forgotten_at_the_end_of_the_pass_and_so_is_a_gone_process() {
+        let mut h = Heat::new(HeatConfig::default());
+        h.update(&round(&[(0, true), (1, true)], false), &[7]);
+        h.update(&round(&[(2, false)], true), &[7]); // the pass: pages 0, 1, 2
+        assert_eq!(h.of(7).unwrap().classes.hot_bytes + h.of(7).unwrap().classes.warm_bytes, 3 * 4096);
+        h.update(&round(&[(0, true)], true), &[7]); // a whole pass: only page 0 left
+        let p = h.of(7).unwrap();
+        assert_eq!(p.classes, Classes { hot_bytes: 4096, ..Default::default() });
+        h.update(&round(&[], true), &[]);
+        assert!(h.of(7).is_none());
+    }
+
+    #[test]
+    fn a_tracked_objects_pages_count_for_its_context() {
+        let mut h = Heat::new(HeatConfig { hot_rounds: 1, cold_rounds: 2 });
+        let mut obs = round(&[(0, true), (1, false), (2, true), (5, true)], true);
+        obs.objects = vec![
+            ObjectObs { pid: 7, addr: 0, len: 2 * 4096, context: 3, ..Default::default() },
+            ObjectObs { pid: 7, addr: 2 * 4096, len: 4096, context: 4, ..Default::default() },
+        ];
+        h.update(&obs, &[7]);
+        let mut obs = round(&[(0, true), (1, false), (2, false), (5, true)], true);
+        obs.objects.clear(); // objects are kept from the last round that read them
+        h.update(&obs, &[7]);
+        h.update(&round(&[(0, true), (1, false), (2, false), (5, true)], true), &[7]);
+        let p = h.of(7).unwrap();
+        assert_eq!(p.contexts[&3], Classes { hot_bytes: 4096, warm_bytes: 0, cold_bytes: 4096 });
+        assert_eq!(p.contexts[&4], Classes { cold_bytes: 4096, ..Default::default() });
+        assert_eq!(p.contexts.len(), 2, "page 5 is in no object");
+    }
+}
