@@ -5,18 +5,17 @@
  * redis's zmalloc looked alike. The unwind tables (.eh_frame, which x86-64 code carries for
  * exceptions and debuggers) say, for every instruction, where the caller's frame ends (the
  * CFA: rsp or rbp plus an offset) and where rbp was saved. This file reads that rule once per
- * return address, straight from the table libgcc finds for it (_Unwind_Find_FDE), keeps it
- * in a lock-free table, and walks with it: per frame one table probe and two loads from the
+ * return address, from the module's file (the FDE found through .eh_frame_hdr, read with pread:
+ * below), keeps it in a lock-free table, and walks with it: per frame one table probe and two loads from the
  * stack, every load checked to lie in [sp, top of stack). A return address without a rule
  * we can follow (no unwind information, a signal frame, a CFA computed by an expression)
  * ends the walk there. x86-64 only; elsewhere the walk is the caller's return address. */
 #include "internal.h"
 
-#include <link.h>
-#include <unistd.h>
-#include <stdatomic.h>
 #include <fcntl.h>
+#include <link.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Where code lives, as (module, offset): the load address of a program or library changes
  * from run to run (ASLR), a return address's offset in its module and the module's file name do
@@ -300,30 +299,25 @@ static int module_open(const fde_find_t *f) {
   return path[0] == '/' ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 }
 
-/* pread `n` bytes at module address `vaddr` of the module's file. */
-static bool read_at(int fd, const fde_find_t *f, uintptr_t vaddr, void *out, size_t n) {
+#define FDE_MAX 2048 /* bytes: an FDE or CIE above this is not followed */
+
+/* pread up to `n` bytes at module address `vaddr` of the module's file, as many as its segment
+ * holds and at least `need` (else false); the rest of `out` zeroed. */
+static bool read_some(int fd, const fde_find_t *f, uintptr_t vaddr, void *out, size_t n, size_t need) {
   for (int i = 0; i < f->phnum; i++) {
     const ElfW(Phdr) *ph = &f->phdr[i];
-    if (ph->p_type != PT_LOAD || vaddr < ph->p_vaddr || vaddr + n > ph->p_vaddr + ph->p_filesz) continue;
-    return pread(fd, out, n, (off_t)(ph->p_offset + (vaddr - ph->p_vaddr))) == (ssize_t)n;
+    if (ph->p_type != PT_LOAD || vaddr < ph->p_vaddr || vaddr + need > ph->p_vaddr + ph->p_filesz) continue;
+    size_t have = ph->p_vaddr + ph->p_filesz - vaddr;
+    size_t want = have < n ? have : n;
+    memset((char *)out + want, 0, n - want);
+    return pread(fd, out, want, (off_t)(ph->p_offset + (vaddr - ph->p_vaddr))) == (ssize_t)want;
   }
   return false;
 }
 
-#define FDE_MAX 2048 /* bytes: an FDE or CIE above this is not followed */
-
-/* pread up to `n` bytes at module address `vaddr`, as many as its segment holds (at least 8),
- * the rest of `out` zeroed. */
-static bool read_some(int fd, const fde_find_t *f, uintptr_t vaddr, uint8_t *out, size_t n) {
-  for (int i = 0; i < f->phnum; i++) {
-    const ElfW(Phdr) *ph = &f->phdr[i];
-    if (ph->p_type != PT_LOAD || vaddr < ph->p_vaddr || vaddr + 8 > ph->p_vaddr + ph->p_filesz) continue;
-    size_t have = ph->p_vaddr + ph->p_filesz - vaddr;
-    size_t want = have < n ? have : n;
-    memset(out + want, 0, n - want);
-    return pread(fd, out, want, (off_t)(ph->p_offset + (vaddr - ph->p_vaddr))) == (ssize_t)want;
-  }
-  return false;
+/* exactly `n` bytes */
+static bool read_at(int fd, const fde_find_t *f, uintptr_t vaddr, void *out, size_t n) {
+  return read_some(fd, f, vaddr, out, n, n);
 }
 
 static int fde_in(int fd, const fde_find_t *f, uintptr_t pc, uint8_t *fde, uint8_t *cie, uintptr_t *func);
@@ -367,12 +361,12 @@ static int fde_in(int fd, const fde_find_t *f, uintptr_t pc, uint8_t *fde, uint8
   *func = f->base + f->hdr + (uintptr_t)(intptr_t)e[2 * k];
   /* the FDE and its CIE, each in one read of at most FDE_MAX bytes (less at a segment's end) */
   uint32_t len, delta, cie_len;
-  if (!read_some(fd, f, fde_at, fde, FDE_MAX)) return 0;
+  if (!read_some(fd, f, fde_at, fde, FDE_MAX, 8)) return 0;
   memcpy(&len, fde, 4);
   memcpy(&delta, fde + 4, 4);
   if (len < 8 || len + 4 > FDE_MAX || !delta) return 0;
   uintptr_t cie_at = fde_at + 4 - delta;
-  if (!read_some(fd, f, cie_at, cie, FDE_MAX)) return 0;
+  if (!read_some(fd, f, cie_at, cie, FDE_MAX, 8)) return 0;
   memcpy(&cie_len, cie, 4);
   return cie_len >= 5 && cie_len + 4 <= FDE_MAX ? 1 : 0;
 }
