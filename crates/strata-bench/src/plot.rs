@@ -134,6 +134,51 @@ pub fn lines(l: &Lines) -> Result<String, Error> {
     Ok(svg)
 }
 
+/// A heatmap: column i at time `times[i]`, row j of `rows` from the bottom, each cell a value
+/// in [0, 1] (NaN draws nothing), white to dark.
+pub struct Heatmap {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub times: Vec<f64>,
+    pub columns: Vec<Vec<f64>>,
+}
+
+/// The heatmap as an SVG document.
+pub fn heatmap(h: &Heatmap) -> Result<String, Error> {
+    let mut svg = String::new();
+    {
+        let whole = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        whole.fill(&WHITE).map_err(plot_error)?;
+        let rows = h.columns.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let t0 = h.times.first().copied().unwrap_or(0.0);
+        let t1 = h.times.last().copied().unwrap_or(1.0).max(t0 + 1e-9);
+        // each column lasts until the next one (the last as long as the one before it)
+        let width = |i: usize| match (h.times.get(i), h.times.get(i + 1)) {
+            (Some(a), Some(b)) => b - a,
+            _ => h.times.len().checked_sub(2).map_or(1.0, |k| h.times[k + 1] - h.times[k]),
+        };
+        let mut chart = ChartBuilder::on(&whole)
+            .caption(&h.title, ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(t0..t1 + width(h.times.len().saturating_sub(1)), 0f64..rows as f64)
+            .map_err(plot_error)?;
+        chart.configure_mesh().disable_mesh().x_desc(&h.x_label).y_desc(&h.y_label).draw().map_err(plot_error)?;
+        let cells = h.columns.iter().enumerate().flat_map(|(i, col)| {
+            let (x0, w) = (h.times[i], width(i));
+            col.iter().enumerate().filter(|(_, v)| v.is_finite()).map(move |(j, v)| {
+                let shade = (255.0 * (1.0 - v.clamp(0.0, 1.0))) as u8;
+                Rectangle::new([(x0, j as f64), (x0 + w, j as f64 + 1.0)], RGBColor(shade, shade, 255).filled())
+            })
+        });
+        chart.draw_series(cells).map_err(plot_error)?;
+        whole.present().map_err(plot_error)?;
+    }
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ mod emu;
 mod kv;
 mod metrics;
 mod output;
+mod record;
 mod run;
 mod stats;
 mod topo;
@@ -79,6 +80,11 @@ enum Command {
     Attach(attach::Args),
     /// Tiers, processes under Strata (bytes per tier), top contexts and objects, the daemon's moves
     Stats(stats::Args),
+    /// Write a process's heat (hot, warm, cold, working set, where it was accessed) round by
+    /// round, as the running daemon sees it, to a file for `strata report`
+    Record(record::RecordArgs),
+    /// Draw a file of `strata record` as a heatmap and a working-set curve (SVG)
+    Report(record::ReportArgs),
     /// Print a completion script for a shell (`make install` puts them where shells look):
     /// `strata completions bash > /etc/bash_completion.d/strata`
     Completions {
@@ -126,6 +132,8 @@ fn main() {
         Command::Daemon(a) => daemon::run(a, cli.config.as_deref()).map(|()| 0),
         Command::Attach(a) => attach::run(a).map(|()| 0),
         Command::Stats(a) => stats::run(a).map(|()| 0),
+        Command::Record(a) => record::record(a).map(|()| 0),
+        Command::Report(a) => record::report(a).map(|()| 0),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "strata", &mut script);

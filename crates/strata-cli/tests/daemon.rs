@@ -403,6 +403,13 @@ fn stats_say_how_much_is_hot_and_cold_and_the_working_set_of_a_known_program() {
     };
     let (code, text, err) = strata(&["stats", "--socket", &sock]);
     assert_eq!(code, 0, "{err}");
+    // the same over time: recorded, then drawn
+    let rec = dir.path("rec.jsonl");
+    let (code, _, err) =
+        strata(&["record", &pid.to_string(), "--seconds", "1", "--out", &rec, "--socket", &sock, "-q"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, drawn, err) = strata(&["report", &rec, "--out", &dir.path("plots")]);
+    assert_eq!(code, 0, "{err}");
     std::fs::write(&hold, "").unwrap();
     let _ = child.wait();
     drop(daemon);
@@ -423,6 +430,18 @@ fn stats_say_how_much_is_hot_and_cold_and_the_working_set_of_a_known_program() {
     assert!(ctx.iter().any(|&(h, c)| h == 8.0 * 1048576.0 && c == 0.0), "{heat}");
     assert!(ctx.iter().any(|&(h, c)| h == 0.0 && c == 32.0 * 1048576.0), "{heat}");
     assert!(text.contains("working set 8.0 MiB") && text.contains("writes only"), "{text}");
+    let rounds: Vec<Value> =
+        std::fs::read_to_string(&rec).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = rounds.last().unwrap_or_else(|| panic!("no round recorded"));
+    assert!(near(last["wss_bytes"].as_f64().unwrap() / 1048576.0, 8.0), "{last}");
+    // the hot buffer is a fifth of the watched pages: a fifth of the map's bins, accessed
+    let hot_bins = last["access_map"].as_array().unwrap().iter().filter(|v| v.as_f64() > Some(0.5)).count();
+    assert!((10..=16).contains(&hot_bins), "{hot_bins} of 64 bins hot: {last}");
+    for plot in ["rec-wss.svg", "rec-heatmap.svg"] {
+        let svg = std::fs::read_to_string(dir.path(&format!("plots/{plot}"))).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("<rect"), "{plot}");
+    }
+    assert!(drawn.contains("working set 8.0 MiB"), "{drawn}");
 }
 
 /// The security review's L9: `strata --config FILE stats` and `attach` talk to the daemon that

@@ -53,7 +53,15 @@ pub struct ProcessHeat {
     /// its tracked objects' pages, by allocation context (the channel's index)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub contexts: BTreeMap<u32, Classes>,
+    /// where the last round's accesses were: the watched pages in address order, cut in
+    /// `MAP_BINS` bins of as many pages each, and the share of each bin's pages accessed (what
+    /// `strata record` keeps, a column of `strata report`'s heatmap)
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_map: Vec<f32>,
 }
+
+/// Bins of `ProcessHeat::access_map`.
+pub const MAP_BINS: usize = 64;
 
 #[derive(Clone, Copy)]
 struct Page {
@@ -176,8 +184,25 @@ impl Heat {
                 }
             }
         }
+        let mut pages: Vec<(u64, bool)> = p.pages.iter().map(|(a, pg)| (*a, pg.since == self.round)).collect();
+        pages.sort_unstable();
+        h.access_map = access_map(&pages);
         Some(h)
     }
+}
+
+/// The share of pages accessed in each of `MAP_BINS` bins of `pages` (address order, accessed).
+fn access_map(pages: &[(u64, bool)]) -> Vec<f32> {
+    if pages.is_empty() {
+        return Vec::new();
+    }
+    let n = pages.len();
+    (0..MAP_BINS)
+        .map(|j| {
+            let bin = &pages[j * n / MAP_BINS..((j + 1) * n / MAP_BINS).max(j * n / MAP_BINS + 1).min(n)];
+            bin.iter().filter(|p| p.1).count() as f32 / bin.len() as f32
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -214,6 +239,9 @@ mod tests {
         assert!(!p.idle_bytes.contains_key(&8));
         assert_eq!(p.rounds, 8);
         assert!(h.of(8).is_none(), "not watched");
+        // the map: 10 pages in 64 bins, the first two pages (the first 12 or 13 bins) accessed
+        assert_eq!(p.access_map.len(), MAP_BINS);
+        assert!(p.access_map[..12].iter().all(|v| *v == 1.0) && p.access_map[14..].iter().all(|v| *v == 0.0));
     }
 
     #[test]
