@@ -75,9 +75,13 @@ fn stats_shows_a_process_under_strata_and_the_running_daemons_status() {
         .unwrap();
     let pid = child.id() as u64;
     let daemon = Daemon::start(&["daemon", "--policy", "first-touch", "--period-ms", "20", "-q", "--socket", &sock]);
+    // the shell grows its string by reallocations: wait until it holds all of it
     let v = stats_until(&sock, |v| {
-        let seen =
-            v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid && p["objects"].as_u64() > Some(0));
+        let seen = v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == pid && p["tracked_bytes"].as_u64() >= Some(200_000));
         seen && v["daemon"]["processes"].as_array().is_some_and(|d| d.iter().any(|p| p["pid"] == pid))
     });
     let _ = child.kill();
