@@ -493,3 +493,32 @@ fn attachments_are_not_written_through_a_link_nor_read_from_a_users_file() {
     assert!(err.contains("attachments in") && err.contains("are ignored"), "{err}");
     drop(victim);
 }
+
+/// Where and when a process writes (its heat) is told to root and to its owner only: another
+/// user's `strata stats` and `strata record` see the process, not its heat.
+#[test]
+fn another_users_status_carries_no_heat_of_a_process_not_hers() {
+    let Some(m) = mallory() else { return };
+    let dir = shared_dir("sec-heat", 0o755);
+    let (daemon, sock) = daemon_with(&dir, "[daemon]\npolicy = \"ambix\"\n", "50");
+    let hold = dir.path("hold");
+    let mut child = under_strata(&repo("build/preload/hot_writer"), &sock)
+        .args(["4", "1", "4"])
+        .env("HOT_WRITER_HOLD", &hold)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let v = stats_until(&sock, |v| managed(v, pid).is_some_and(|p| !p["heat"].is_null()));
+    let out = m.run("strata").args(["stats", "--json", "--socket", &sock]).output().unwrap();
+    let rec = m.run("strata").args(["record", &pid.to_string(), "--seconds", "1", "--socket", &sock]).output().unwrap();
+    std::fs::write(&hold, "").unwrap();
+    let _ = child.wait();
+    drop(daemon);
+    assert!(managed(&v, pid).is_some_and(|p| !p["heat"].is_null()), "root sees it: {v}");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let hers: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = managed(&hers, pid).unwrap_or_else(|| panic!("she sees the process: {hers}"));
+    assert!(p["heat"].is_null(), "but not its heat: {p}");
+    assert!(!rec.status.success(), "nor can she record it");
+}

@@ -489,7 +489,13 @@ fn serve(stream: UnixStream, uid: u32, privileged: bool, shared: &Shared) {
                 return; // one hello a connection
             }
             Ok(Request::Status {}) => match shared.status.lock().map(|s| s.clone()) {
-                Ok(Some(s)) => Reply { ok: true, status: Some(Box::new(s)), ..Reply::default() },
+                Ok(Some(mut s)) => {
+                    // a process's heat (where and when it writes) only to root and its owner
+                    for p in s.processes.iter_mut().filter(|p| uid != 0 && p.process.ids.uid != Some(uid)) {
+                        p.heat = None;
+                    }
+                    Reply { ok: true, status: Some(Box::new(s)), ..Reply::default() }
+                }
                 _ => Reply::done(Err("the daemon has not finished its first round".into())),
             },
             Ok(_) if !privileged => {
