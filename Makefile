@@ -252,11 +252,15 @@ install: $(BUILD)/libstrata.a $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so
 	target/release/strata completions zsh > $(I)/share/zsh/vendor-completions/_strata
 	target/release/strata completions fish > $(I)/share/fish/vendor_completions.d/strata.fish
 	install -m 644 examples/strata.toml examples/rules.txt $(I)/share/strata/examples/
+	install -d $(I)/share/strata/examples/systemd/redis-server.service.d $(I)/share/strata/examples/container
+	install -m 644 examples/systemd/strata-fast.slice $(I)/share/strata/examples/systemd/
+	install -m 644 examples/systemd/redis-server.service.d/strata.conf $(I)/share/strata/examples/systemd/redis-server.service.d/
+	install -m 644 examples/container/Dockerfile $(I)/share/strata/examples/container/
 	install -m 644 README.md LICENSE-MIT LICENSE-APACHE docs/*.md $(I)/share/doc/strata/
 	sed -e 's|/usr/local/bin/strata|$(PREFIX)/bin/strata|' -e 's|/etc/strata/|$(SYSCONFDIR)/strata/|g' \
 	  -e 's|/usr/share/doc/strata/|$(PREFIX)/share/doc/strata/|' \
-	  -e 's|^# Install: cp examples/strata-daemon.service .*|# Installed by make install (or the package): systemctl daemon-reload|' \
-	  examples/strata-daemon.service > $(I)/lib/systemd/system/strata-daemon.service
+	  -e 's|^# Install: cp examples/systemd/strata-daemon.service .*|# Installed by make install (or the package): systemctl daemon-reload|' \
+	  examples/systemd/strata-daemon.service > $(I)/lib/systemd/system/strata-daemon.service
 	# the daemon's configuration: the example, unless one is there already
 	test -e $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml || install -m 644 examples/strata.toml $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml
 

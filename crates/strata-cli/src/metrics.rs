@@ -282,6 +282,7 @@ pub fn render(s: &Status) -> String {
             let group = match g.key {
                 stratad::share::GroupKey::Priority(p) => format!("priority:{p}"),
                 stratad::share::GroupKey::Limited(pid) => format!("pid:{pid}"),
+                stratad::share::GroupKey::Cgroup(_) => format!("cgroup:{}", g.cgroup.as_deref().unwrap_or("?")),
             };
             share.get_or_create(&GroupLabels { group, priority: g.priority.to_string() }).set(g.share_bytes as i64);
         }

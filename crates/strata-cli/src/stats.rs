@@ -156,14 +156,19 @@ fn table(s: &Status) -> String {
         st.refused_pages
     );
     for g in &st.groups {
-        let _ = writeln!(
-            t,
-            "  fast-tier share, priority {} (pids {:?}): {} of which {} used",
-            g.priority,
-            g.pids,
-            bytes(g.share_bytes),
-            bytes(g.fast_bytes)
-        );
+        let whose = match &g.cgroup {
+            Some(c) => format!("cgroup {c}, priority {}", g.priority),
+            None => format!("priority {}", g.priority),
+        };
+        let mut bounds = String::new();
+        if g.min_fast_bytes > 0 {
+            bounds += &format!(", at least {}", bytes(g.min_fast_bytes));
+        }
+        if let Some(max) = g.max_fast_bytes {
+            bounds += &format!(", at most {}", bytes(max));
+        }
+        let (share, used) = (bytes(g.share_bytes), bytes(g.fast_bytes));
+        let _ = writeln!(t, "  fast-tier share, {whose} (pids {:?}{bounds}): {share} of which {used} used", g.pids);
     }
     for p in &d.processes {
         let health = match (&p.process.tracker_error, p.process.tracked_pages) {

@@ -61,6 +61,9 @@ fn make_install_puts_a_working_tool_under_its_prefix() {
         "share/zsh/vendor-completions/_strata",
         "share/fish/vendor_completions.d/strata.fish",
         "share/strata/examples/strata.toml",
+        "share/strata/examples/systemd/strata-fast.slice",
+        "share/strata/examples/systemd/redis-server.service.d/strata.conf",
+        "share/strata/examples/container/Dockerfile",
         "share/doc/strata/LICENSE-MIT",
         "share/doc/strata/LICENSE-APACHE",
     ] {

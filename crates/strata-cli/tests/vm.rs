@@ -368,6 +368,56 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
 
 #[test]
 #[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_daemon_gives_a_cgroup_its_memory_low_of_the_fast_node_before_a_cgroup_without() {
+    if guest_available().is_none() {
+        return;
+    }
+    // two hot sets of 60 % of node 0's free memory each, both starting on node 1, at the same
+    // priority, each in a cgroup of its own; a's memory.low is 4 times its hot set (a third of
+    // memory is fast, so its fast-tier guarantee, a third of memory.low, covers the hot set), b
+    // has none. The daemon keeps about a fifth of what is free for the kernel: shared evenly,
+    // each would get about two thirds of its hot set; a waits until 90 % of its own is fast
+    let (code, out) = daemon_guest(
+        &daemon_files(),
+        &format!(
+            "H=$((FREE_MB * 60 / 100)); echo H=$H\n\
+             mount -t cgroup2 none /sys/fs/cgroup && echo +memory > /sys/fs/cgroup/cgroup.subtree_control\n\
+             mkdir /sys/fs/cgroup/strata-a /sys/fs/cgroup/strata-b\n\
+             echo $((4 * H))M > /sys/fs/cgroup/strata-a/memory.low; echo low=$(cat /sys/fs/cgroup/strata-a/memory.low)\n\
+             printf '[policy.ambix]\\nmin_scans = 3\\n[[process]]\\ncgroup = \"/strata-a\"\\n[[process]]\\ncgroup = \"/strata-b\"\\n' > /tmp/cg.toml\n\
+             strata --config /tmp/cg.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
+             sleep 1\n\
+             sh -c \"echo \\$\\$ > /sys/fs/cgroup/strata-b/cgroup.procs && HOT_WRITER_HOLD=/tmp/go exec $W $H 1\" > /tmp/b.out & B=$!\n\
+             sh -c \"echo \\$\\$ > /sys/fs/cgroup/strata-a/cgroup.procs && HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go exec $W $H 200\" > /tmp/a.out & A=$!\n\
+             holding /tmp/a.out $A; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt; touch /tmp/go\n\
+             wait $A; echo a=$?; wait $B; echo b=$?; kill $D; wait $D; echo daemon=$?\n\
+             echo oom=$(dmesg | grep -c 'invoked oom-killer')\n\
+             echo ==A==; cat /tmp/a.out; echo ==B==; cat /tmp/b.out; echo ==TEXT==; cat /tmp/s.txt; echo ==STATS==; cat /tmp/s.json\n\
+             {OOM_REPORT}"
+        ),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("a=0") && out.contains("b=0") && out.contains("daemon=0"), "{out}");
+    assert!(out.contains("oom=0"), "filling the fast node left the kernel short of memory: {out}");
+    let (a, b) = (section(&out, "A"), section(&out, "B"));
+    assert!(a.contains("verified") && b.contains("verified"), "{out}");
+    assert!(a.contains("goal reached"), "a's hot set came up to the fast node: {out}");
+    let (a0, _, pages) = nodes_of(a, "hot end", None);
+    let (b0, _, _) = nodes_of(b, "hot end", None);
+    assert!(a0 >= pages * 9 / 10 && b0 < pages / 2, "b got what a's guarantee left: {out}");
+    let h: u64 = out.split("H=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
+    let groups = status["daemon"]["stats"]["groups"].as_array().unwrap_or_else(|| panic!("{status}"));
+    let group = |c: &str| groups.iter().find(|g| g["cgroup"] == c).unwrap_or_else(|| panic!("no {c}: {status}"));
+    assert_eq!(groups.len(), 2, "{status}");
+    assert!(group("/strata-a")["min_fast_bytes"].as_u64().unwrap() >= h << 20, "{status}");
+    assert_eq!(group("/strata-b")["min_fast_bytes"], 0, "{status}");
+    assert!(group("/strata-a")["share_bytes"].as_u64() > group("/strata-b")["share_bytes"].as_u64(), "{status}");
+    assert!(section(&out, "TEXT").contains("cgroup /strata-a, priority 0"), "{out}");
+}
+
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
 fn guest_daemon_killed_mid_run_harms_no_program_and_a_restarted_daemon_takes_them_back() {
     if guest_available().is_none() {
         return;

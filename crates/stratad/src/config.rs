@@ -211,8 +211,13 @@ pub struct ProcessRule {
     /// its priority (high, normal, low or a number in -1000..1000), over the one it claims
     #[serde(default, deserialize_with = "priority_opt")]
     pub priority: Option<i32>,
-    /// fast-tier bytes it may hold at most
+    /// fast-tier bytes it may hold at most (a rule with a cgroup: all its processes together;
+    /// unset: from the cgroup's memory.high, in proportion to the fast tier's share of memory)
     pub max_fast_bytes: Option<u64>,
+    /// fast-tier bytes it is given before any priority is served, as far as it has memory
+    /// resident (a rule with a cgroup: all its processes together; unset: the cgroup's
+    /// memory.min, or its memory.low in proportion to the fast tier's share, the larger)
+    pub min_fast_bytes: Option<u64>,
 }
 
 impl ProcessRule {
@@ -436,6 +441,12 @@ impl Config {
             if r.max_fast_bytes == Some(0) {
                 return Err(bad("max_fast_bytes", "process.max_fast_bytes must be positive".into()));
             }
+            if let (Some(min), Some(max)) = (r.min_fast_bytes, r.max_fast_bytes) {
+                if min > max {
+                    let m = format!("process.min_fast_bytes {min} is more than its max_fast_bytes {max}");
+                    return Err(bad("min_fast_bytes", m));
+                }
+            }
         }
         for name in self.policy.keys() {
             if !strata_policy::POLICIES.contains(&name.as_str()) {
@@ -494,7 +505,12 @@ impl Config {
 
     /// The first rule that matches process `p`, if one does.
     pub fn rule(&self, p: &ProcessObs) -> Option<&ProcessRule> {
-        self.processes.iter().find(|r| r.matches(p))
+        self.rule_at(p).map(|(_, r)| r)
+    }
+
+    /// The first rule that matches process `p`, with its place among the rules.
+    pub fn rule_at(&self, p: &ProcessObs) -> Option<(usize, &ProcessRule)> {
+        self.processes.iter().enumerate().find(|(_, r)| r.matches(p))
     }
 }
 
@@ -598,6 +614,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 4") && e.contains("two [[process]] rules"), "{e}");
+        let e = Config::parse("[[process]]\ncgroup = \"/a\"\nmin_fast_bytes = 2\nmax_fast_bytes = 1\n", "ambix")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3") && e.contains("more than its max_fast_bytes"), "{e}");
         let e = Config::parse("[daemon]\nsocket_grup = \"strata\"\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("socket_grup"), "{e}");
         assert_eq!(parse_priority("low"), Ok(-10));

@@ -212,7 +212,6 @@ impl Engine {
         priority_of: &BTreeMap<u32, i32>,
         m: &mut dyn Machine,
     ) -> Vec<Action> {
-        let limit = |p: &ProcessObs| self.cfg.rule(p).and_then(|r| r.max_fast_bytes);
         let (cfg, name) = (&self.cfg, &self.name);
         let make = || cfg.make_policy(name).expect("checked when the engine was configured");
         if procs.is_empty() {
@@ -221,14 +220,40 @@ impl Engine {
             self.policies.retain(|k, _| *k == key);
             return self.policies.entry(key).or_insert_with(make).decide(&obs);
         }
-        let members: Vec<Member> = procs
+        // each rule's bounds, those of a rule with a cgroup from the cgroup where the rule
+        // leaves them unset, and each cgroup rule's processes one group
+        let fast_share = {
+            let fast = obs.tiers.iter().filter(|t| t.tier == 0).map(|t| t.capacity_bytes).sum::<u64>();
+            fast as f64 / obs.tiers.iter().map(|t| t.capacity_bytes).sum::<u64>().max(1) as f64
+        };
+        let mut cgroups = BTreeMap::new();
+        let mut bounds = BTreeMap::new();
+        let ruled: Vec<_> = procs
             .iter()
             .map(|p| {
+                let Some((i, r)) = cfg.rule_at(p) else { return (None, None, 0) };
+                let (cg_min, cg_max) = *bounds.entry(i).or_insert_with(|| {
+                    let from = r.cgroup.as_ref().and_then(|c| m.cgroup_memory(c));
+                    from.map_or((0, None), |c| share::cgroup_bounds(&c, fast_share))
+                });
+                let key = r.cgroup.as_ref().map(|c| {
+                    cgroups.insert(i, c.clone());
+                    GroupKey::Cgroup(i)
+                });
+                (key, r.max_fast_bytes.or(cg_max), r.min_fast_bytes.unwrap_or(cg_min))
+            })
+            .collect();
+        let members: Vec<Member> = procs
+            .iter()
+            .zip(ruled)
+            .map(|(p, (key, max_fast_bytes, min_fast_bytes))| {
                 let resident = m.resident(p.pid);
                 Member {
                     pid: p.pid,
                     priority: priority_of[&p.pid],
-                    max_fast_bytes: limit(p),
+                    key,
+                    max_fast_bytes,
+                    min_fast_bytes,
                     resident_bytes: resident.iter().sum(),
                     fast_bytes: resident.first().copied().unwrap_or(0),
                 }
@@ -238,7 +263,7 @@ impl Engine {
         let managed: u64 = members.iter().map(|p| p.fast_bytes).sum();
         let available =
             obs.tiers.iter().find(|t| t.tier == 0).map_or(0, |t| (t.free_bytes + managed).min(t.capacity_bytes));
-        let groups = share::groups(&members, available);
+        let groups = share::groups(&members, available, &cgroups);
         self.policies.retain(|k, _| groups.iter().any(|g| g.key == *k));
         let mut actions = Vec::new();
         if let [g] = &groups[..] {
@@ -265,6 +290,9 @@ mod tests {
             key: GroupKey::Priority(0),
             priority: 0,
             pids: pids.to_vec(),
+            cgroup: None,
+            max_fast_bytes: None,
+            min_fast_bytes: 0,
             share_bytes: share,
             fast_bytes: fast,
             want_bytes: 0,

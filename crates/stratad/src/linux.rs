@@ -903,6 +903,14 @@ impl Default for Linux {
 }
 
 impl Machine for Linux {
+    /// From the cgroup v2 hierarchy under this machine's sysfs (/sys/fs/cgroup).
+    fn cgroup_memory(&mut self, cgroup: &str) -> Option<crate::share::CgroupMemory> {
+        if cgroup.split('/').any(|c| c == "..") {
+            return None;
+        }
+        crate::share::CgroupMemory::read(&self.sysfs.join("fs/cgroup").join(cgroup.trim_start_matches('/')))
+    }
+
     fn page_bytes(&self) -> u64 {
         PAGE
     }

@@ -162,4 +162,9 @@ pub trait Machine {
     fn resident(&mut self, _pid: u32) -> Vec<u64> {
         Vec::new()
     }
+    /// What the memory controller of `cgroup` (a path as /proc/PID/cgroup shows it) says, where
+    /// the machine has cgroups.
+    fn cgroup_memory(&mut self, _cgroup: &str) -> Option<crate::share::CgroupMemory> {
+        None
+    }
 }
