@@ -222,6 +222,7 @@ ycsb-binding-test: rust
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
+	scripts/check-module-cycles.sh crates/stratad/src crates/strata-daemon/src
 
 test: bootstrap lint lib c-test emu-unit rust-test ycsb-binding-test vm-test
 	@echo "all tests passed"

@@ -263,7 +263,7 @@ fn cpu_row(a: &Options, size: u64, lib: &Path, p: &Progress) -> Result<CpuRow, E
     // wait for the daemon's first whole pass over the program
     let deadline = Instant::now() + Duration::from_secs(60);
     let managed = loop {
-        let st = stratad::status::daemon_status(&socket);
+        let st = strata_daemon::control::daemon_status(&socket);
         let me = st.as_ref().and_then(|s| s.processes.iter().find(|x| x.process.pid == pid).cloned());
         if let (Some(s), Some(m)) = (st, me) {
             if m.process.tracked_pages.is_some() {
@@ -277,7 +277,7 @@ fn cpu_row(a: &Options, size: u64, lib: &Path, p: &Progress) -> Result<CpuRow, E
     let (c0, t0) = (cpu_seconds(daemon.0.id())?, Instant::now());
     std::thread::sleep(Duration::from_secs_f64(a.secs));
     let (c1, wall) = (cpu_seconds(daemon.0.id())?, t0.elapsed().as_secs_f64());
-    let s1 = stratad::status::daemon_status(&socket).ok_or_else(|| failed("the daemon stopped answering"))?;
+    let s1 = strata_daemon::control::daemon_status(&socket).ok_or_else(|| failed("the daemon stopped answering"))?;
     drop(daemon);
     drop(program);
     let _ = std::fs::remove_dir_all(&dir);

@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use strata_daemon::agent::{Agent, AgentCounters};
 use strata_util::size::{format as bytes, parse as parse_size};
 use strata_util::{find_built, Progress, XorShift};
-use stratad::agent::{Agent, AgentCounters};
 
 use crate::{ensure, failed, Error};
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use stratad::control::{request, Request};
+use strata_daemon::control::{request, Request};
 
 use crate::output::{emit, emit_json};
 

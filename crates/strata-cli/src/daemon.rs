@@ -52,7 +52,7 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     if let Some(p) = &a.policy {
         crate::known_policy(p)?;
     }
-    let options = stratad::daemon::Options {
+    let options = strata_daemon::daemon::Options {
         config: config.map(Path::to_path_buf),
         policy: a.policy,
         period_ms: a.period_ms,
@@ -72,10 +72,10 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let (cfg, _) = options.load()?;
     let listen = a.metrics.or_else(|| cfg.metrics.listen.as_deref().and_then(|l| l.parse().ok()));
     if let Some(addr) = listen {
-        let listener = crate::metrics::bind(addr)?;
+        let listener = strata_daemon::metrics::bind(addr)?;
         let (socket, top) = (cfg.daemon.socket.clone(), cfg.metrics.top_contexts.unwrap_or(20));
         std::thread::Builder::new().name("metrics".into()).spawn(move || {
-            if let Err(e) = crate::metrics::serve(listener, socket, top, "strata daemon") {
+            if let Err(e) = strata_daemon::metrics::serve(listener, socket, top, "strata daemon") {
                 eprintln!("strata daemon: metrics: {e:#}");
             }
         })?;
@@ -89,7 +89,7 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
     let mut said = Instant::now();
     let start = Instant::now();
     let quiet = a.quiet;
-    let stats = stratad::daemon::run(options, &stop, &reload, |s| {
+    let stats = strata_daemon::daemon::run(options, &stop, &reload, |s| {
         let st = &s.stats;
         if !quiet && (st.rounds == 1 || said.elapsed() >= Duration::from_secs(10)) {
             said = Instant::now();
@@ -128,8 +128,8 @@ pub fn run(a: Args, config: Option<&Path>) -> anyhow::Result<()> {
 }
 
 fn probe(json: bool) -> anyhow::Result<()> {
-    let trackers = stratad::probe::probe();
-    let movers = stratad::probe::movers();
+    let trackers = strata_daemon::probe::probe();
+    let movers = strata_daemon::probe::movers();
     if json {
         return emit_json(&serde_json::json!({ "trackers": trackers, "movers": movers }));
     }

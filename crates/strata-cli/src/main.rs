@@ -8,7 +8,6 @@ mod config;
 mod daemon;
 mod emu;
 mod kv;
-mod metrics;
 mod output;
 mod record;
 mod run;

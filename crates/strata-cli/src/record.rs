@@ -60,10 +60,10 @@ pub fn record(a: RecordArgs) -> anyhow::Result<()> {
     }
     let socket = crate::config::socket(a.socket);
     let path = a.out.unwrap_or_else(|| PathBuf::from(format!("strata-record.{}.jsonl", a.pid)));
-    let heat_of = |status: &stratad::status::DaemonStatus| {
+    let heat_of = |status: &strata_daemon::status::DaemonStatus| {
         status.processes.iter().find(|p| p.process.pid == a.pid).map(|p| p.heat.clone())
     };
-    let first = stratad::status::daemon_status(&socket)
+    let first = strata_daemon::control::daemon_status(&socket)
         .with_context(|| format!("no daemon answers on {} (start one: strata daemon)", socket.display()))?;
     match heat_of(&first) {
         None => bail!("the daemon does not manage process {} (strata attach {} hands it over)", a.pid, a.pid),
@@ -83,7 +83,7 @@ pub fn record(a: RecordArgs) -> anyhow::Result<()> {
         if a.seconds.is_some_and(|s| start.elapsed().as_secs_f64() >= s) {
             break;
         }
-        let Some(Some(Some(h))) = stratad::status::daemon_status(&socket).map(|s| heat_of(&s)) else {
+        let Some(Some(Some(h))) = strata_daemon::control::daemon_status(&socket).map(|s| heat_of(&s)) else {
             break; // the process (or the daemon) is gone
         };
         if last_round != Some(h.rounds) {

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use strata_daemon::status::{gather, Status};
 use strata_util::size::format as bytes;
-use stratad::status::{gather, Status};
 
 use crate::output::{emit, emit_json};
 
@@ -37,17 +37,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Err(crate::Usage("--watch takes a positive number of seconds".into()).into());
     }
     if let Some(addr) = a.metrics {
-        return crate::metrics::serve(
-            crate::metrics::bind(addr)?,
+        return strata_daemon::metrics::serve(
+            strata_daemon::metrics::bind(addr)?,
             crate::config::socket(a.socket),
             a.top,
             "strata stats",
         );
     }
     let socket = crate::config::socket(a.socket);
-    let mut m = stratad::linux::Linux::new();
+    let mut m = strata_daemon::linux::Linux::new();
     loop {
-        let s = gather(&mut m, &socket, a.top);
+        let s = gather(&mut m, strata_daemon::control::daemon_status(&socket), a.top);
         if a.json {
             emit_json(&s)?;
         } else {

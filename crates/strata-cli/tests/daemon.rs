@@ -438,9 +438,11 @@ fn stats_say_how_much_is_hot_and_cold_and_the_working_set_of_a_known_program() {
         std::fs::read_to_string(&rec).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let last = rounds.last().unwrap_or_else(|| panic!("no round recorded"));
     assert!(near(last["wss_bytes"].as_f64().unwrap() / 1048576.0, 8.0), "{last}");
-    // the hot buffer is a fifth of the watched pages: a fifth of the map's bins, accessed
-    let hot_bins = last["access_map"].as_array().unwrap().iter().filter(|v| v.as_f64() > Some(0.5)).count();
-    assert!((10..=16).contains(&hot_bins), "{hot_bins} of 64 bins hot: {last}");
+    // the hot buffer is a fifth of the watched pages: a fifth of the map's bins, accessed in
+    // the rounds the writer ran in (on a busy host a 50 ms round may pass without it)
+    let hot = |r: &Value| r["access_map"].as_array().unwrap().iter().filter(|v| v.as_f64() > Some(0.5)).count();
+    let hot_bins = rounds.iter().map(hot).max().unwrap();
+    assert!((10..=16).contains(&hot_bins), "{hot_bins} of 64 bins hot: {rounds:?}");
     for plot in ["rec-wss.svg", "rec-heatmap.svg"] {
         let svg = std::fs::read_to_string(dir.path(&format!("plots/{plot}"))).unwrap();
         assert!(svg.contains("<svg") && svg.contains("<rect"), "{plot}");

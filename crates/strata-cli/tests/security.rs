@@ -14,7 +14,7 @@ use serde_json::Value;
 
 mod common;
 use common::*;
-use stratad::control::MAX_HELLOS_PER_USER;
+use strata_daemon::control::MAX_HELLOS_PER_USER;
 
 /// The unprivileged user, and a folder every user may read holding what she runs.
 struct Mallory {

@@ -168,7 +168,7 @@ pub struct DaemonConfig {
     pub kernel_reserve_bytes: u64,
     /// how the daemon may see accesses, preferred first: damon-vaddr (reads and writes),
     /// pagemap-scan, soft-dirty (writes); each process gets the first it and the kernel allow
-    pub trackers: Vec<String>,
+    pub trackers: Vec<TrackerKind>,
     /// processes DAMON watches at most (a kernel thread each); the others fall to the next
     /// tracker
     pub damon_max_processes: usize,
@@ -183,8 +183,65 @@ impl Default for DaemonConfig {
             discovery_ms: 10_000,
             node_reserve_fraction: 0.02,
             kernel_reserve_bytes: 64 << 20,
-            trackers: crate::linux::DEFAULT_TRACKERS.iter().map(|t| t.name().to_string()).collect(),
+            trackers: DEFAULT_TRACKERS.to_vec(),
             damon_max_processes: 8,
+        }
+    }
+}
+
+/// How the live daemon may see a process's accesses (`daemon.trackers`; `strata_daemon::linux`
+/// says how each works). `None`: no tracker can see the process (never configured).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrackerKind {
+    DamonVaddr,
+    HintFault,
+    PagemapScan,
+    SoftDirty,
+    None,
+}
+
+impl TrackerKind {
+    /// Its name in configurations and in `strata daemon --probe`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrackerKind::DamonVaddr => "damon-vaddr",
+            TrackerKind::HintFault => "hint-fault",
+            TrackerKind::PagemapScan => "pagemap-scan",
+            TrackerKind::SoftDirty => "soft-dirty",
+            TrackerKind::None => "none",
+        }
+    }
+
+    /// Whether it sees reads as well as writes (DAMON's accessed bits, hint-fault samples).
+    pub fn sees_reads(self) -> bool {
+        matches!(self, TrackerKind::DamonVaddr | TrackerKind::HintFault)
+    }
+}
+
+/// The trackers the daemon can use.
+pub const TRACKERS: [TrackerKind; 4] =
+    [TrackerKind::DamonVaddr, TrackerKind::HintFault, TrackerKind::PagemapScan, TrackerKind::SoftDirty];
+/// Those it uses when none are configured, preferred first (hint-fault is asked for by name:
+/// it makes the program wait on the pages it samples).
+pub const DEFAULT_TRACKERS: [TrackerKind; 3] =
+    [TrackerKind::DamonVaddr, TrackerKind::PagemapScan, TrackerKind::SoftDirty];
+/// What the daemon leaves free on each node beyond the kernel's watermarks, for the kernel:
+/// a share of every node, and at least `kernel_bytes` of a node the kernel's own allocations
+/// can come from (see `daemon.node_reserve_fraction` and `daemon.kernel_reserve_bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reserve {
+    pub fraction: f64,
+    pub kernel_bytes: u64,
+}
+
+impl Reserve {
+    /// The bytes held back on a node of `capacity` bytes.
+    pub fn bytes(&self, capacity: u64, kernel: bool) -> u64 {
+        let share = (capacity as f64 * self.fraction) as u64;
+        match kernel {
+            true => share.max(self.kernel_bytes.min(capacity / 2)),
+            false => share,
         }
     }
 }
@@ -404,12 +461,11 @@ impl Config {
             let m = format!("daemon.discovery_ms must be at least {MIN_DISCOVERY_MS}");
             return Err(Bad::new("daemon", "discovery_ms", m));
         }
-        for t in &self.daemon.trackers {
-            if !crate::linux::TRACKERS.iter().any(|k| k.name() == t) {
-                let known: Vec<&str> = crate::linux::TRACKERS.iter().map(|k| k.name()).collect();
-                let m = format!("daemon.trackers: no tracker '{t}' (known: {})", known.join(", "));
-                return Err(Bad::new("daemon", "trackers", m));
-            }
+        if self.daemon.trackers.contains(&TrackerKind::None) {
+            let known: Vec<&str> = TRACKERS.iter().map(|k| k.name()).collect();
+            let m =
+                format!("daemon.trackers: 'none' is what a process no tracker sees has (known: {})", known.join(", "));
+            return Err(Bad::new("daemon", "trackers", m));
         }
         if !(0.0..0.5).contains(&self.daemon.node_reserve_fraction) {
             let m =
@@ -481,26 +537,19 @@ impl Config {
     }
 
     /// The daemon's trackers, preferred first.
-    pub fn trackers(&self) -> Vec<crate::linux::Tracker> {
-        self.daemon
-            .trackers
-            .iter()
-            .filter_map(|t| crate::linux::TRACKERS.iter().copied().find(|k| k.name() == t))
-            .collect()
+    pub fn trackers(&self) -> Vec<TrackerKind> {
+        self.daemon.trackers.clone()
     }
 
     /// Whether the daemon keeps the agents processes offer: for transactional moves, and for
     /// the hint-fault tracker's samples.
     pub fn wants_agents(&self) -> bool {
-        self.mover.mechanism == Mechanism::Transactional || self.trackers().contains(&crate::linux::Tracker::HintFault)
+        self.mover.mechanism == Mechanism::Transactional || self.daemon.trackers.contains(&TrackerKind::HintFault)
     }
 
     /// What the daemon leaves free on each node for the kernel.
-    pub fn reserve(&self) -> crate::linux::Reserve {
-        crate::linux::Reserve {
-            fraction: self.daemon.node_reserve_fraction,
-            kernel_bytes: self.daemon.kernel_reserve_bytes,
-        }
+    pub fn reserve(&self) -> Reserve {
+        Reserve { fraction: self.daemon.node_reserve_fraction, kernel_bytes: self.daemon.kernel_reserve_bytes }
     }
 
     /// The first rule that matches process `p`, if one does.
@@ -618,6 +667,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3") && e.contains("more than its max_fast_bytes"), "{e}");
+        let e = Config::parse("[daemon]\ntrackers = [\"idle-page\"]\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("idle-page") && e.contains("pagemap-scan"), "{e}");
+        assert!(Config::parse("[daemon]\ntrackers = [\"none\"]\n", "ambix").is_err(), "none is not a tracker");
         let e = Config::parse("[daemon]\nsocket_grup = \"strata\"\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains("socket_grup"), "{e}");
         assert_eq!(parse_priority("low"), Ok(-10));

@@ -8,28 +8,19 @@
 //! ```
 //!
 //! [`Machine`] is the seam: the emulated machine ([`emulated`], inside an emulated program,
-//! on simulated time) and real Linux ([`linux`], the live daemon's) implement it. [`Engine::tick`]
+//! on simulated time) and real Linux (`strata_daemon::linux`, the live daemon's) implement it. [`Engine::tick`]
 //! is one round; on the emulated machine the emulator calls it every scanner period of
 //! simulated time, through the C entry point `strata_engine_start` of this crate's cdylib
 //! (`libstratad.so`), which the emulator loads when `$STRATA_ENGINE_LIB` names it.
-pub mod agent;
 pub mod channel;
 pub mod config;
-pub mod control;
-pub mod daemon;
-mod damon;
 pub mod emulated;
 mod engine;
 pub mod heat;
-pub mod linux;
-mod machine;
+pub mod machine;
 mod mover;
-mod pagemap;
-pub mod pidfd;
-pub mod probe;
 pub mod share;
 mod stats;
-pub mod status;
 
 pub use config::Config;
 pub use engine::Engine;

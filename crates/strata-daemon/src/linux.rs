@@ -37,11 +37,11 @@ use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Directive, Node, NodeObs, ObjectObs, PageObs, Tier};
 
 use crate::agent::{Agent, AgentCounters};
-use crate::channel::{Channel, ChannelError};
-use crate::config::{Mechanism, MoverConfig};
-use crate::machine::{move_statuses, Machine, MoveStatus, ProcessObs, Refusal};
 use crate::pagemap::{self, Frames};
 use crate::pidfd::Identity;
+use stratad::channel::{Channel, ChannelError};
+use stratad::config::{Mechanism, MoverConfig, Reserve, TrackerKind as Tracker};
+use stratad::machine::{move_statuses, Machine, MoveStatus, ProcessObs, Refusal};
 
 const PAGE: u64 = 4096;
 const MPOL_MF_MOVE: libc::c_int = 1 << 1;
@@ -59,40 +59,6 @@ const DAMON_WINDOW: Duration = Duration::from_secs(2);
 const REFRESH_PASSES: u64 = 8;
 const REFRESH_BLOCK: u64 = 2 << 20;
 
-/// How the machine sees a process's writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Tracker {
-    DamonVaddr,
-    HintFault,
-    PagemapScan,
-    SoftDirty,
-    None,
-}
-
-impl Tracker {
-    /// Its name in configurations and in `strata daemon --probe`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tracker::DamonVaddr => "damon-vaddr",
-            Tracker::HintFault => "hint-fault",
-            Tracker::PagemapScan => "pagemap-scan",
-            Tracker::SoftDirty => "soft-dirty",
-            Tracker::None => "none",
-        }
-    }
-
-    /// Whether it sees reads as well as writes (DAMON's accessed bits, hint-fault samples).
-    pub fn sees_reads(self) -> bool {
-        matches!(self, Tracker::DamonVaddr | Tracker::HintFault)
-    }
-}
-
-/// The trackers the daemon can use.
-pub const TRACKERS: [Tracker; 4] = [Tracker::DamonVaddr, Tracker::HintFault, Tracker::PagemapScan, Tracker::SoftDirty];
-/// Those it uses when none are configured, preferred first (hint-fault is asked for by name:
-/// it makes the program wait on the pages it samples).
-pub const DEFAULT_TRACKERS: [Tracker; 3] = [Tracker::DamonVaddr, Tracker::PagemapScan, Tracker::SoftDirty];
 /// The hint-fault tracker samples one page of every block this large each pass (DAMON's
 /// regions, fixed), at most STRATA_AGENT_MAX_PAGES a process a pass (in turns beyond that).
 const HINT_BLOCK: u64 = 2 << 20;
@@ -164,7 +130,7 @@ pub struct Managed {
     pub command: String,
     /// what rules match besides the command
     #[serde(default, flatten)]
-    pub ids: crate::ProcessIds,
+    pub ids: stratad::ProcessIds,
     /// it runs under Strata (it has a channel)
     pub strata: bool,
     pub attached: bool,
@@ -238,15 +204,6 @@ fn move_pages(pid: u32, pages: &[u64], nodes: Option<&[libc::c_int]>) -> Result<
     Ok(status)
 }
 
-/// A process's start time (clock ticks after boot, field 22 of /proc/PID/stat) and command.
-pub(crate) fn identity(pid: u32) -> Option<(u64, String)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let command = head.split_once('(')?.1.to_string();
-    let start = rest.split_whitespace().nth(19)?.parse().ok()?;
-    Some((start, command))
-}
-
 /// The private anonymous writable mappings of a process, [start, end), in address order.
 fn anonymous_ranges(pid: u32) -> Vec<(u64, u64)> {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
@@ -271,26 +228,6 @@ fn anonymous_ranges(pid: u32) -> Vec<(u64, u64)> {
         }
     }
     out
-}
-
-/// What the daemon leaves free on each node beyond the kernel's watermarks, for the kernel:
-/// a share of every node, and at least `kernel_bytes` of a node the kernel's own allocations
-/// can come from (see `daemon.node_reserve_fraction` and `daemon.kernel_reserve_bytes`).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Reserve {
-    pub fraction: f64,
-    pub kernel_bytes: u64,
-}
-
-impl Reserve {
-    /// The bytes held back on a node of `capacity` bytes.
-    fn bytes(&self, capacity: u64, kernel: bool) -> u64 {
-        let share = (capacity as f64 * self.fraction) as u64;
-        match kernel {
-            true => share.max(self.kernel_bytes.min(capacity / 2)),
-            false => share,
-        }
-    }
 }
 
 /// What /proc/zoneinfo says of one node.
@@ -520,7 +457,8 @@ impl Linux {
     /// Forget processes that exited (or whose pid now names another process).
     fn prune(&mut self) {
         self.procs.retain(|pid, p| {
-            p.pidfd.as_ref().is_none_or(|f| f.alive()) && identity(*pid).is_some_and(|(start, _)| start == p.start_time)
+            p.pidfd.as_ref().is_none_or(|f| f.alive())
+                && crate::pidfd::identity(*pid).is_some_and(|(start, _)| start == p.start_time)
         });
         self.refused.retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
     }
@@ -741,7 +679,7 @@ impl Linux {
             .map(|(&pid, p)| Managed {
                 pid,
                 command: p.command.clone(),
-                ids: crate::ProcessIds::of(pid),
+                ids: stratad::ProcessIds::of(pid),
                 strata: p.channel.is_some(),
                 attached: p.attached,
                 claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
@@ -904,11 +842,11 @@ impl Default for Linux {
 
 impl Machine for Linux {
     /// From the cgroup v2 hierarchy under this machine's sysfs (/sys/fs/cgroup).
-    fn cgroup_memory(&mut self, cgroup: &str) -> Option<crate::share::CgroupMemory> {
+    fn cgroup_memory(&mut self, cgroup: &str) -> Option<stratad::share::CgroupMemory> {
         if cgroup.split('/').any(|c| c == "..") {
             return None;
         }
-        crate::share::CgroupMemory::read(&self.sysfs.join("fs/cgroup").join(cgroup.trim_start_matches('/')))
+        stratad::share::CgroupMemory::read(&self.sysfs.join("fs/cgroup").join(cgroup.trim_start_matches('/')))
     }
 
     fn page_bytes(&self) -> u64 {
@@ -1095,7 +1033,7 @@ impl Machine for Linux {
             .map(|(&pid, p)| ProcessObs {
                 pid,
                 command: p.command.clone(),
-                ids: crate::ProcessIds::of(pid),
+                ids: stratad::ProcessIds::of(pid),
                 claimed_priority: p.channel.as_ref().map_or(0, |c| c.priority()),
                 given_priority: p.given_priority,
             })

@@ -47,7 +47,7 @@ use strata_sys::{STRATA_PRIORITY_MAX, STRATA_PRIORITY_MIN};
 
 use crate::pidfd::{peer_cred, Identity};
 use crate::status::DaemonStatus;
-use crate::Error;
+use stratad::Error;
 
 /// The longest request line: requests are a few dozen bytes.
 pub const MAX_LINE: usize = 64 << 10;
@@ -528,6 +528,11 @@ fn ask(inbox: &Inbox, request: Request) -> Outcome {
         // taken up just now: its outcome is on its way
         Err(_) => rx.recv().unwrap_or_else(|_| Err("the daemon is stopping".into())),
     }
+}
+
+/// The status of the daemon answering on `socket`, if one does.
+pub fn daemon_status(socket: &Path) -> Option<DaemonStatus> {
+    request(socket, &Request::Status {}).ok().and_then(|r| r.status).map(|s| *s)
 }
 
 /// A client: send `r` to the daemon at `path` and read its reply.

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Mechanism;
 use crate::control::{Command, Inbox, Request, Server};
 use crate::linux::Linux;
-use crate::machine::Machine;
 use crate::status::{DaemonProcess, DaemonStatus};
-use crate::{Config, Engine, Error, ProcessObs, Stats};
+use stratad::config::Mechanism;
+use stratad::machine::Machine;
+use stratad::{Config, Engine, Error, ProcessObs, Stats};
 
 /// What the command line says; each given value wins over the configuration file's.
 #[derive(Clone, Debug, Default)]
@@ -80,7 +80,7 @@ fn save_attachments(path: &Path, m: &Linux) {
         .into_iter()
         .filter(|p| p.attached)
         .filter_map(|p| {
-            let (start_time, _) = crate::linux::identity(p.pid)?;
+            let (start_time, _) = crate::pidfd::identity(p.pid)?;
             Some(Attachment { pid: p.pid, start_time, priority: p.given_priority })
         })
         .collect();
@@ -136,7 +136,7 @@ fn restore_attachments(path: &Path, m: &mut Linux) {
         }
     };
     for a in list {
-        if crate::linux::identity(a.pid).is_some_and(|(start, _)| start == a.start_time) {
+        if crate::pidfd::identity(a.pid).is_some_and(|(start, _)| start == a.start_time) {
             if let Err(e) = m.attach(a.pid, a.priority) {
                 eprintln!("strata daemon: process {} was attached before and cannot be now: {e}", a.pid);
             }

@@ -93,7 +93,7 @@ impl Identity {
     /// Its start time and command, read while the pidfd shows it alive: so they are that
     /// process's, not a later one's with the same pid.
     fn with(pid: u32, pidfd: Pidfd) -> Option<Identity> {
-        let (start_time, command) = crate::linux::identity(pid)?;
+        let (start_time, command) = identity(pid)?;
         pidfd.alive().then_some(Identity { pid, start_time, command, pidfd })
     }
 
@@ -118,6 +118,15 @@ impl Identity {
     pub fn alive(&self) -> bool {
         self.pidfd.alive()
     }
+}
+
+/// A process's start time (clock ticks after boot, field 22 of /proc/PID/stat) and command.
+pub fn identity(pid: u32) -> Option<(u64, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let command = head.split_once('(')?.1.to_string();
+    let start = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some((start, command))
 }
 
 #[cfg(test)]

@@ -238,7 +238,7 @@ mod tests {
         let mut objects = Vec::new();
         for _ in 0..100 {
             objects.clear();
-            if let Ok(c) = crate::channel::Channel::open(pid) {
+            if let Ok(c) = stratad::channel::Channel::open(pid) {
                 c.objects(&mut objects);
             }
             if ready(&objects) {

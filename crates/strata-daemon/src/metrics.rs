@@ -42,6 +42,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use crate::linux::Linux;
+use crate::status::{gather, Status};
 use anyhow::Context;
 use axum::extract::State;
 use axum::http::header;
@@ -53,8 +55,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use stratad::linux::Linux;
-use stratad::status::{gather, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TierLabel {
@@ -293,7 +293,7 @@ pub fn render(s: &Status) -> String {
 }
 
 /// What the daemon did for each process, and for each cgroup.
-fn process_moves(r: &mut Registry, d: &stratad::status::DaemonStatus) {
+fn process_moves(r: &mut Registry, d: &crate::status::DaemonStatus) {
     let info = family::<InfoLabels, Gauge>(r, "process_info", "1 for each process the daemon manages");
     let up = family::<TrackerLabels, Gauge>(r, "process_tracker_up", "0 when the process's tracker failed last round");
     let promoted = family::<ProcessLabels, Counter>(r, "process_promoted_bytes", "Its bytes moved to a faster tier");
@@ -354,7 +354,7 @@ struct Scrape {
 async fn metrics(State(s): State<Arc<Scrape>>) -> impl IntoResponse {
     let body = tokio::task::spawn_blocking(move || {
         let mut m = s.machine.lock().unwrap_or_else(|e| e.into_inner());
-        render(&gather(&mut m, &s.socket, s.top))
+        render(&gather(&mut m, crate::control::daemon_status(&s.socket), s.top))
     })
     .await
     .unwrap_or_else(|e| format!("# gathering failed: {e}\n"));

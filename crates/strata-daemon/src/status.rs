@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use strata_policy::{ContextObs, Directive, ObjectObs};
 
-use crate::control::{request, Request};
 use crate::linux::{node_bytes, Linux, Managed};
-use crate::{Machine, Stats};
+use stratad::{Machine, Stats};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TierStatus {
@@ -37,10 +36,10 @@ pub struct ProcessStatus {
     pub tracked_bytes: u64,
     /// its priority in force and how the daemon sees its writes, when a daemon manages it
     pub priority: Option<i32>,
-    pub tracker: Option<crate::linux::Tracker>,
+    pub tracker: Option<stratad::config::TrackerKind>,
     /// hot, warm and cold bytes and the working set, as the daemon's trackers see them
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heat: Option<crate::heat::ProcessHeat>,
+    pub heat: Option<stratad::heat::ProcessHeat>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -73,10 +72,10 @@ pub struct DaemonProcess {
     pub priority: i32,
     /// its fast-tier limit, from its configuration rule
     pub max_fast_bytes: Option<u64>,
-    /// how much of it is hot, warm and cold, and its working set (crate::heat), where the
+    /// how much of it is hot, warm and cold, and its working set (stratad::heat), where the
     /// daemon's trackers see it
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heat: Option<crate::heat::ProcessHeat>,
+    pub heat: Option<stratad::heat::ProcessHeat>,
 }
 
 /// The daemon's status, as it answers `{"op":"status"}`.
@@ -112,14 +111,9 @@ pub struct Status {
     pub daemon: Option<DaemonStatus>,
 }
 
-/// The status of the daemon answering on `socket`, if one does.
-pub fn daemon_status(socket: &Path) -> Option<DaemonStatus> {
-    request(socket, &Request::Status {}).ok().and_then(|r| r.status).map(|s| *s)
-}
-
-/// Gather the status now; `top` contexts and objects at most.
-pub fn gather(m: &mut Linux, socket: &Path, top: usize) -> Status {
-    let daemon = daemon_status(socket);
+/// Gather the status now, with the daemon's (`control::daemon_status`, if one answers); `top`
+/// contexts and objects at most.
+pub fn gather(m: &mut Linux, daemon: Option<DaemonStatus>, top: usize) -> Status {
     let nodes = m.nodes();
     let tiers = strata_policy::tiers_of(&nodes)
         .into_iter()

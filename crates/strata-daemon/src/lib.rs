@@ -1,0 +1,25 @@
+//! Strata's live daemon: the engine ([`stratad`]) run on real Linux, for every program under
+//! Strata and every process attached to it.
+//!
+//! ```text
+//!  programs ──hello, channel, agent──▶ control ──▶ linux (the Machine) ◀── daemon (rounds)
+//!                                                   │ trackers, moves       │ status, metrics
+//!                                                   ▼                       ▼
+//!                                          /proc, pagemap, DAMON      strata stats, Prometheus
+//! ```
+//!
+//! [`linux`] is real Linux as the engine's machine: the processes it manages, how it sees their
+//! accesses (pagemap-scan, soft-dirty, DAMON, hint-fault samples through each program's
+//! [`agent`]) and how it moves their pages. [`daemon`] runs the rounds, [`control`] serves the
+//! socket, [`status`] is what `strata stats` shows and [`metrics`] serves it as Prometheus
+//! metrics; [`probe`] says what this kernel and hardware offer.
+pub mod agent;
+pub mod control;
+pub mod daemon;
+mod damon;
+pub mod linux;
+pub mod metrics;
+mod pagemap;
+pub mod pidfd;
+pub mod probe;
+pub mod status;
