@@ -424,19 +424,19 @@ impl Drop for Killed {
     }
 }
 
-enum Mover {
+enum PageMover {
     MovePages(u32),
     Agent(Box<Agent>),
 }
 
-impl Mover {
+impl PageMover {
     /// Move `pages` to `node`; how many got there.
     fn pass(&mut self, pages: &[u64], node: u8, attempts: u32) -> Result<(u64, u64), Error> {
         let (mut moved, mut not) = (0, 0);
         for chunk in pages.chunks(CHUNK) {
             let status = match self {
-                Mover::MovePages(pid) => move_pages(*pid, chunk, node)?,
-                Mover::Agent(a) => {
+                PageMover::MovePages(pid) => move_pages(*pid, chunk, node)?,
+                PageMover::Agent(a) => {
                     a.move_pages(chunk, node, attempts, false).map_err(|e| failed(format!("the agent: {e}")))?
                 }
             };
@@ -452,26 +452,11 @@ impl Mover {
     }
 }
 
+/// move_pages(2) on the program's pages, as the daemon does ([`strata_daemon::migrate`]).
 fn move_pages(pid: u32, pages: &[u64], node: u8) -> Result<Vec<i32>, Error> {
-    let ptrs: Vec<*mut libc::c_void> = pages.iter().map(|&p| p as *mut libc::c_void).collect();
     let nodes = vec![libc::c_int::from(node); pages.len()];
-    let mut status = vec![0 as libc::c_int; pages.len()];
-    // SAFETY: three arrays of pages.len() elements; MPOL_MF_MOVE (2): the process's own pages
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_pages,
-            pid as libc::c_int,
-            pages.len() as libc::c_ulong,
-            ptrs.as_ptr(),
-            nodes.as_ptr(),
-            status.as_mut_ptr(),
-            2,
-        )
-    };
-    if rc < 0 {
-        return Err(failed(format!("move_pages({pid}): {}", std::io::Error::last_os_error())));
-    }
-    Ok(status)
+    strata_daemon::migrate::move_pages(pid, pages, Some(&nodes))
+        .map_err(|e| failed(format!("move_pages({pid}): {}", std::io::Error::from_raw_os_error(e))))
 }
 
 /// The fastest and the slowest node here.
@@ -525,8 +510,8 @@ fn run_one(
     let mut stdin: ChildStdin = child.0.stdin.take().expect("piped");
     let mut stdout = BufReader::new(child.0.stdout.take().expect("piped"));
     let mut mover = match listener {
-        None => Mover::MovePages(pid),
-        Some(l) => Mover::Agent(Box::new(accept_agent(&l, pid)?)),
+        None => PageMover::MovePages(pid),
+        Some(l) => PageMover::Agent(Box::new(accept_agent(&l, pid)?)),
     };
     let mut ready = String::new();
     stdout.read_line(&mut ready).map_err(|e| failed(e.to_string()))?;
@@ -535,7 +520,7 @@ fn run_one(
     let pages: Vec<u64> = (0..f[1]).map(|i| f[0] + i * PAGE as u64).collect();
     p.say(&format!("{program}, {mechanism}: baseline, {} s", a.baseline_secs));
     std::thread::sleep(Duration::from_secs_f64(a.baseline_secs));
-    let before = if let Mover::Agent(ag) = &mut mover {
+    let before = if let PageMover::Agent(ag) = &mut mover {
         ag.drop_shadows(0).map_err(|e| failed(format!("the agent: {e}")))?; // and its counters
         Some(ag.counters)
     } else {
@@ -561,7 +546,7 @@ fn run_one(
     command(&mut stdin, "stop")?;
     let result = read_result(&mut stdout)?;
     let agent = match (&mover, before) {
-        (Mover::Agent(ag), Some(b)) => Some(counters_since(ag.counters, b)),
+        (PageMover::Agent(ag), Some(b)) => Some(counters_since(ag.counters, b)),
         _ => None,
     };
     drop(child);

@@ -189,6 +189,13 @@ impl Agent {
     }
 }
 
+/// Whether an agent's error is its connection closed: its process exited or exec'd, which is
+/// not worth a line (the next prune forgets it).
+pub fn closed(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+    matches!(e.kind(), BrokenPipe | ConnectionReset | UnexpectedEof)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

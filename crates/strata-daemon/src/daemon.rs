@@ -176,7 +176,7 @@ struct Daemon {
     rate: Rate,
     migration_rate_mbps: f64,
     last_reload: Option<String>,
-    trackers: Vec<crate::probe::Tracker>,
+    trackers: Vec<crate::probe::TrackerVerdict>,
     /// the status the control socket answers with
     shared: Arc<Mutex<Option<DaemonStatus>>>,
     /// whether hellos that offer an agent are taken (the mover is transactional)
@@ -221,7 +221,7 @@ impl Daemon {
                     }
                 })
                 .collect(),
-            refused: self.machine.refused.clone(),
+            refused: self.machine.refused().clone(),
             trackers: self.trackers.clone(),
             migration_rate_mbps: self.migration_rate_mbps,
             last_reload: self.last_reload.clone(),
@@ -402,7 +402,7 @@ pub fn run(
     let mut done = 0u64;
     while !stop.load(Ordering::Relaxed) && d.options.rounds.is_none_or(|r| done < r) {
         let start = Instant::now();
-        d.machine.discover();
+        d.machine.next_round();
         d.machine.reclaim_shadows();
         d.engine.tick(&mut d.machine);
         done += 1;

@@ -91,7 +91,7 @@ pub struct DaemonStatus {
     /// processes whose channel it refused, and why
     pub refused: BTreeMap<u32, String>,
     /// what this kernel and hardware offer for tracking (`strata daemon --probe`)
-    pub trackers: Vec<crate::probe::Tracker>,
+    pub trackers: Vec<crate::probe::TrackerVerdict>,
     /// bytes migrated per second over the last ten seconds, MB/s
     pub migration_rate_mbps: f64,
     /// how the last reload went (SIGHUP or `{"op":"reload"}`), if there was one
@@ -114,6 +114,7 @@ pub struct Status {
 /// Gather the status now, with the daemon's (`control::daemon_status`, if one answers); `top`
 /// contexts and objects at most.
 pub fn gather(m: &mut Linux, daemon: Option<DaemonStatus>, top: usize) -> Status {
+    m.next_round();
     let nodes = m.nodes();
     let tiers = strata_policy::tiers_of(&nodes)
         .into_iter()

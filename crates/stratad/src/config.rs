@@ -191,7 +191,7 @@ impl Default for DaemonConfig {
 
 /// How the live daemon may see a process's accesses (`daemon.trackers`; `strata_daemon::linux`
 /// says how each works). `None`: no tracker can see the process (never configured).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrackerKind {
     DamonVaddr,
