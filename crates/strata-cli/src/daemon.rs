@@ -20,8 +20,8 @@ pub struct Args {
     /// or why not)
     #[arg(long)]
     probe: bool,
-    /// The policy [default: the configuration's daemon.policy, ambix]. Policies that need
-    /// LLC-miss samples are refused on machines without a PMU
+    /// The policy [default: the configuration's daemon.policy, strata]. Where the machine has
+    /// no PMU, the page scan's accessed pages stand in for the LLC-miss samples a policy needs
     #[arg(long)]
     policy: Option<String>,
     /// A round every this many ms [default: the configuration's scanner.period_ms, 1000]

@@ -38,7 +38,7 @@ Examples:
   strata emu validate              the emulator vs cachegrind and vs native runs
   strata bench summary             the saved runs in bench/results, as tables
   strata daemon --probe            the access trackers this kernel and hardware offer
-  strata daemon --policy ambix     move the pages of every process under Strata
+  strata daemon                    move the pages of every process under Strata (policy strata)
   strata run --priority high -- ./server   a program whose hot data the daemon promotes first
   strata attach 1234 --priority low        hand a running process to the daemon
   strata stats --watch 2           tiers, processes, contexts, objects, the daemon's moves

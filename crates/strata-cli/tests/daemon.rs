@@ -54,6 +54,16 @@ fn daemon_probe_gives_every_tracker_a_verdict_and_the_daemon_runs_or_says_what_i
             .unwrap_or(1);
         let one_tier = said.contains("With one tier there is nowhere to move pages");
         assert!(nodes > 1 || one_tier, "one node, so one tier: {said}");
+        // no policy named: strata, the default everywhere; the live daemon takes no LLC-miss
+        // samples (perf sampling is not built), so the page scan stands in, and it says so
+        let (code, out, err) = strata(&["daemon", "--rounds", "2", "--period-ms", "10", "--json", "--socket", &sock]);
+        assert_eq!(code, 0, "{err}");
+        let said =
+            err.lines().find(|l| l.starts_with("strata daemon: policy strata")).unwrap_or_else(|| panic!("{err}"));
+        let stats: Value = serde_json::from_str(&out).unwrap();
+        assert!(said.contains("accessed pages stand in for the samples"), "{said}");
+        assert_eq!(stats["samples_from_pages"], true, "{stats}");
+        assert_eq!((stats["policy"].as_str(), stats["rounds"].as_u64()), (Some("strata"), Some(2)), "{stats}");
     } else {
         assert_eq!(code, 1);
         assert!(err.contains("needs page scans") && err.contains("--probe"), "{err}");

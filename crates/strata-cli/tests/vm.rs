@@ -328,6 +328,38 @@ fn guest_daemon_promotes_a_hot_set_from_the_slow_node_and_demotes_a_cold_one_whe
     assert_eq!(writer["tracker"], "soft-dirty", "{writer}");
 }
 
+/// The default policy (strata; no policy named) on the 6.1 guest: no LLC-miss samples there,
+/// so the page scan's accessed pages stand in; the hot set the rules put on the slow node comes
+/// up, the cold buffer goes down to make room, and no write is lost.
+#[test]
+#[ignore = "boots a QEMU guest; run by make vm-test"]
+fn guest_daemon_with_the_default_policy_promotes_a_hot_set_and_demotes_a_cold_one() {
+    if guest_available().is_none() {
+        return;
+    }
+    let (code, out) = daemon_guest(
+        &daemon_files(),
+        "HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 128 150 $((FREE_MB - 80)) > /tmp/w.out & W_PID=$!\n\
+         sleep 6; strata daemon --period-ms 300 -q --json > /tmp/d.json 2>/tmp/d.err & D=$!\n\
+         holding /tmp/w.out $W_PID; touch /tmp/go\n\
+         wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
+         echo ==WRITER==; cat /tmp/w.out; echo ==DAEMON==; cat /tmp/d.json; echo ==ERR==; cat /tmp/d.err",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("writer=0") && out.contains("daemon=0"), "{out}");
+    let w = section(&out, "WRITER");
+    assert!(w.contains("verified") && w.contains("goal reached"), "the hot set came up, nothing lost: {w}");
+    let (_, c1, _) = nodes_of(w, "cold end", None);
+    assert!(c1 >= 2048, "part of the cold buffer went down to make room: {w}");
+    let stats: serde_json::Value = serde_json::from_str(section(&out, "DAEMON")).unwrap();
+    assert_eq!(
+        (stats["policy"].as_str(), stats["samples_from_pages"].as_bool()),
+        (Some("strata"), Some(true)),
+        "{stats}"
+    );
+    assert!(section(&out, "ERR").contains("policy strata"), "{out}");
+}
+
 #[test]
 #[ignore = "boots a QEMU guest; run by make vm-test"]
 fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_priority_one() {

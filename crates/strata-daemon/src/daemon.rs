@@ -307,16 +307,18 @@ fn raise_open_files() {
     }
 }
 
-/// Run until `stop` is set or `options.rounds` rounds have run; `reload` set (by SIGHUP) reads
-/// the configuration again. `each` sees the status after every round. Returns the final
-/// statistics.
 /// What this daemon can do here, said once at start: the tiers it found, the trackers it tries
 /// (in order, the first a process allows) and what each sees, the mover; on a machine with one
 /// tier, that it will watch and report but move nothing.
-fn what_it_can_do(machine: &mut Linux, cfg: &Config, policy: &str) -> String {
+fn what_it_can_do(machine: &mut Linux, engine: &Engine) -> String {
+    let cfg = engine.config();
     let tiers = machine.tiers();
     let nodes = machine.nodes();
+    let (policy, stats) = (&engine.stats().policy, engine.stats());
     let mut s = format!("strata daemon: policy {policy}, a round every {} ms. ", cfg.scanner.period_ms);
+    if stats.samples_from_pages {
+        s += "It takes no LLC-miss samples (perf sampling is not built): the page scan's accessed pages stand in for the samples the policy needs. ";
+    }
     let each: Vec<String> = tiers
         .iter()
         .map(|t| {
@@ -354,6 +356,9 @@ fn what_it_can_do(machine: &mut Linux, cfg: &Config, policy: &str) -> String {
     s
 }
 
+/// Run until `stop` is set or `options.rounds` rounds have run; `reload` set (by SIGHUP) reads
+/// the configuration again. `each` sees the status after every round. Returns the final
+/// statistics.
 pub fn run(
     options: Options,
     stop: &AtomicBool,
@@ -364,7 +369,6 @@ pub fn run(
     raise_open_files();
     let mut machine = Linux::new();
     machine.say_refusals();
-    let said_what_it_can = what_it_can_do(&mut machine, &cfg, &policy);
     machine.set_discovery(Duration::from_millis(cfg.daemon.discovery_ms));
     machine.set_reserve(cfg.reserve());
     machine.set_mover(cfg.mover.clone());
@@ -372,6 +376,7 @@ pub fn run(
     let round = Duration::from_secs_f64(cfg.scanner.period_ms / 1e3);
     let _ = machine.set_trackers(&cfg.trackers(), cfg.daemon.damon_max_processes, round);
     let mut engine = Engine::new(&policy, cfg, &mut machine)?;
+    let said_what_it_can = what_it_can_do(&mut machine, &engine);
     engine.watch_heat(&mut machine);
     let shared = Arc::new(Mutex::new(None));
     let inbox = Inbox::new();

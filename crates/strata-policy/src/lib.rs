@@ -259,7 +259,9 @@ pub trait Policy: Send {
 pub struct Needs {
     /// the accessed/dirty-bit walk of pages
     pub scan: bool,
-    /// LLC-miss samples (their period is the sampler's, in the engine's configuration)
+    /// LLC-miss samples (their period is the sampler's, in the engine's configuration); on a
+    /// machine without a sampler the engine gives the scan's accessed pages instead, one sample
+    /// a page accessed that round
     pub samples: bool,
     /// tracked objects and their residency, from the channels
     pub objects: bool,
@@ -288,7 +290,8 @@ pub const POLICIES: &[&str] =
 /// Strata's own).
 pub const PEERS: &[&str] = &["damon", "memtierd", "hybridtier"];
 
-/// The policy used when none is named.
+/// The policy used when none is named: by emulated runs, benchmarks and the live daemon alike
+/// (`daemon.policy`).
 pub const DEFAULT_POLICY: &str = "strata";
 
 /// The variants the registry knows, by policy.

@@ -177,7 +177,7 @@ pub struct DaemonConfig {
 impl Default for DaemonConfig {
     fn default() -> DaemonConfig {
         DaemonConfig {
-            policy: "ambix".into(),
+            policy: strata_policy::DEFAULT_POLICY.into(),
             socket: PathBuf::from(strata_sys::STRATA_DAEMON_SOCKET_DEFAULT),
             socket_group: None,
             discovery_ms: 10_000,

@@ -7,7 +7,7 @@
 //! one program that owns all its memory: its policy sees the machine as it is.
 use std::collections::{BTreeMap, BTreeSet};
 
-use strata_policy::{Action, Needs, Observations, Policy};
+use strata_policy::{Action, Needs, Observations, Policy, Sample};
 use strata_util::thread_cpu_ns;
 
 use crate::config::Config;
@@ -27,15 +27,20 @@ pub struct Engine {
     mover: Mover,
     stats: Stats,
     needs: Needs,
+    /// the scan's accessed pages stand in for LLC-miss samples (the machine has no sampler)
+    pages_for_samples: bool,
     /// the processes' heat classes, where watched (the live daemon)
     heat: Option<Heat>,
 }
 
 /// What policy `name` needs, once the configuration checks and the machine can provide it.
-fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static str, Needs), Error> {
+/// Where the machine has no LLC-miss sampler (no PMU) but scans pages, the scan's accessed pages
+/// stand in for the samples a policy needs ([`Needs::samples`] comes back false and
+/// `pages_for_samples` true): one sample a page accessed that round, at its address.
+fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static str, Needs, bool), Error> {
     cfg.check(name)?;
     let policy = cfg.make_policy(name)?;
-    let needs = policy.needs();
+    let mut needs = policy.needs();
     let unavailable = |what: &str| {
         Error::Machine(format!("policy {}: needs {what}, which this machine cannot provide", policy.name()))
     };
@@ -45,10 +50,14 @@ fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static st
     if needs.counters && m.counters().is_none() {
         return Err(unavailable("the accesses and LLC-miss counters"));
     }
+    let mut pages_for_samples = false;
     if needs.samples && !m.enable_samples(cfg.sampler.period_misses) {
-        return Err(unavailable("LLC-miss samples"));
+        if !m.can_scan() {
+            return Err(unavailable("LLC-miss samples or page scans"));
+        }
+        (needs.samples, needs.scan, pages_for_samples) = (false, true, true);
     }
-    Ok((policy.name(), needs))
+    Ok((policy.name(), needs, pages_for_samples))
 }
 
 /// The part of `obs` that is `g`'s processes', with a fast tier of `g`'s share ([`narrow`]).
@@ -90,15 +99,16 @@ impl Engine {
     /// An engine running policy `name`, configured by `cfg`, on machine `m`: refused when the
     /// policy needs what the machine cannot observe (LLC-miss samples or counters without a PMU).
     pub fn new(name: &str, cfg: Config, m: &mut dyn Machine) -> Result<Engine, Error> {
-        let (made, needs) = prepare(name, &cfg, m)?;
+        let (made, needs, pages_for_samples) = prepare(name, &cfg, m)?;
         let mover = Mover::new(cfg.mover.clone());
         Ok(Engine {
-            stats: Stats { policy: made.into(), ..Stats::default() },
+            stats: Stats { policy: made.into(), samples_from_pages: pages_for_samples, ..Stats::default() },
             cfg,
             name: name.into(),
             policies: BTreeMap::new(),
             mover,
             needs,
+            pages_for_samples,
             heat: None,
         })
     }
@@ -107,7 +117,7 @@ impl Engine {
     /// ones are refused. The policies start afresh when the policy or its parameters changed;
     /// the statistics and the mover's budget carry on.
     pub fn reconfigure(&mut self, name: &str, cfg: Config, m: &mut dyn Machine) -> Result<(), Error> {
-        let (made, needs) = prepare(name, &cfg, m)?;
+        let (made, needs, pages_for_samples) = prepare(name, &cfg, m)?;
         if name != self.name || cfg.policy != self.cfg.policy {
             self.policies.clear();
         }
@@ -115,8 +125,8 @@ impl Engine {
         if let Some(h) = &mut self.heat {
             h.reconfigure(cfg.heat.clone());
         }
-        self.stats.policy = made.into();
-        (self.name, self.cfg, self.needs) = (name.into(), cfg, needs);
+        (self.stats.policy, self.stats.samples_from_pages) = (made.into(), pages_for_samples);
+        (self.name, self.cfg, self.needs, self.pages_for_samples) = (name.into(), cfg, needs, pages_for_samples);
         Ok(())
     }
 
@@ -183,6 +193,17 @@ impl Engine {
         }
         if self.needs.samples {
             m.samples(&mut obs.samples);
+        }
+        if self.pages_for_samples {
+            let now = obs.now_ns;
+            let accessed = obs.pages.iter().filter(|p| p.accessed);
+            obs.samples.extend(accessed.map(|p| Sample {
+                pid: p.pid,
+                addr: p.addr,
+                tier: p.tier,
+                time_ns: now,
+                store: p.dirty,
+            }));
         }
         m.hint_faults(&mut obs.hint_faults);
         if self.needs.objects || self.heat.is_some() {
@@ -283,7 +304,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strata_policy::{NodeObs, PageObs, TierObs};
+    use strata_policy::{Node, NodeObs, PageObs, TierObs};
 
     fn group(pids: &[u32], share: u64, fast: u64) -> Group {
         Group {
@@ -322,5 +343,51 @@ mod tests {
         assert_eq!(v.tiers[0].free_bytes, 0, "over its share: nothing free");
         let v = view(&obs, &group(&[2], 1000, 0));
         assert_eq!(v.tiers[0].free_bytes, 400, "never more than is really free");
+    }
+
+    /// A machine of two nodes whose scan finds four pages, all accessed, and which has no
+    /// LLC-miss sampler; `scans`: whether it can scan at all.
+    struct NoSampler {
+        scans: bool,
+    }
+
+    impl Machine for NoSampler {
+        fn page_bytes(&self) -> u64 {
+            4096
+        }
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn nodes(&mut self) -> Vec<NodeObs> {
+            let node = |node, tier| NodeObs { node, tier, distance: 10, capacity_bytes: 1 << 30, free_bytes: 1 << 29 };
+            vec![node(0, 0), node(1, 1)]
+        }
+        fn can_scan(&self) -> bool {
+            self.scans
+        }
+        fn scan(&mut self, _max: u64, out: &mut Vec<PageObs>) -> bool {
+            let page = |i: u64| PageObs { pid: 0, addr: i * 4096, tier: 1, node: 1, accessed: true, dirty: i == 0 };
+            out.extend((0..4).map(page));
+            true
+        }
+        fn locate(&mut self, _pid: u32, pages: &[u64]) -> Vec<Option<Node>> {
+            vec![Some(1); pages.len()]
+        }
+        fn move_pages(&mut self, _pid: u32, pages: &[u64], _to: Node) -> Vec<crate::MoveStatus> {
+            vec![Ok(()); pages.len()]
+        }
+    }
+
+    #[test]
+    fn without_a_sampler_the_scan_s_accessed_pages_are_the_samples_and_without_scans_it_is_refused() {
+        let mut m = NoSampler { scans: true };
+        let mut e = Engine::new("mat", Config::default(), &mut m).expect("the page scan stands in");
+        assert!(e.stats().samples_from_pages);
+        e.tick(&mut m);
+        assert_eq!(e.stats().samples, 4, "one sample a page accessed: {:?}", e.stats());
+        let e = Engine::new("ambix", Config::default(), &mut m).unwrap();
+        assert!(!e.stats().samples_from_pages, "a policy that needs no samples gets none");
+        let err = Engine::new("strata", Config::default(), &mut NoSampler { scans: false }).err().unwrap().to_string();
+        assert!(err.contains("LLC-miss samples or page scans") || err.contains("page scans"), "{err}");
     }
 }

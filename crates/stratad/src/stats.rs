@@ -41,6 +41,10 @@ pub struct Stats {
     pub full_scans: u64,
     /// LLC-miss samples and hint faults the trackers read
     pub samples: u64,
+    /// the machine has no LLC-miss sampler: the scan's accessed pages stand in for the samples
+    /// the policy needs (one a page accessed that round)
+    #[serde(default)]
+    pub samples_from_pages: bool,
     pub hint_faults: u64,
     /// the most tracked objects and allocation contexts one round saw
     pub objects: u64,
