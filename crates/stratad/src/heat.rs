@@ -9,7 +9,7 @@
 //! DAMON and hint-fault samples reads too (docs/daemon.md). A page the scans stop reporting
 //! (freed, or the process gone) is forgotten at the end of the pass. Tracked objects give the
 //! same per allocation context. The live daemon keeps this; emulated runs do not.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use strata_policy::Observations;
@@ -63,34 +63,79 @@ pub struct ProcessHeat {
 /// Bins of `ProcessHeat::access_map`.
 pub const MAP_BINS: usize = 64;
 
-#[derive(Clone, Copy)]
-struct Page {
-    /// the round it was last accessed, or first seen when never accessed
-    since: u64,
-    /// the round it was last reported
-    seen: u64,
-}
-
+/// What the passes know of one process's pages: (address, the round it was last accessed, or
+/// first seen when never accessed), in address order, as the last whole pass found them and as
+/// this one does so far, with how far this pass has read the first. The view now is this pass's
+/// pages and the last pass's beyond where this one got ([`Process::view`]): no map, no sort, a
+/// merge per pass, as the scan reports each process's pages in address order.
 #[derive(Default)]
 struct Process {
-    pages: HashMap<u64, Page>,
+    last: Vec<(u64, u64)>,
+    now: Vec<(u64, u64)>,
+    at: usize,
     first_round: u64,
     /// its tracked objects at the last round: (addr, len, context), by address
     objects: Vec<(u64, u64, u32)>,
 }
 
+impl Process {
+    /// A page of this pass (in address order, as scans report them; out of order it is found
+    /// or placed by search), accessed this round or not.
+    fn see(&mut self, addr: u64, accessed: bool, round: u64) {
+        if self.now.last().is_some_and(|l| l.0 >= addr) {
+            match self.now.binary_search_by_key(&addr, |e| e.0) {
+                Ok(i) if accessed => self.now[i].1 = round,
+                Ok(_) => {}
+                Err(i) => {
+                    let before = self.last.binary_search_by_key(&addr, |e| e.0).ok().map(|k| self.last[k].1);
+                    self.now.insert(i, (addr, if accessed { round } else { before.unwrap_or(round) }));
+                }
+            }
+            return;
+        }
+        while self.at < self.last.len() && self.last[self.at].0 < addr {
+            self.at += 1;
+        }
+        let before = self.last.get(self.at).filter(|e| e.0 == addr).map(|e| e.1);
+        if before.is_some() {
+            self.at += 1;
+        }
+        self.now.push((addr, if accessed { round } else { before.unwrap_or(round) }));
+    }
+
+    /// A page accessed out of the scan's order (a hint fault): where it is known.
+    fn touched(&mut self, addr: u64, round: u64) {
+        for v in [&mut self.now, &mut self.last] {
+            if let Ok(i) = v.binary_search_by_key(&addr, |e| e.0) {
+                v[i].1 = round;
+            }
+        }
+    }
+
+    /// A whole pass ended: what it saw is what the next one starts from (pages it did not see
+    /// are gone).
+    fn end_pass(&mut self) {
+        std::mem::swap(&mut self.last, &mut self.now);
+        self.now.clear();
+        self.at = 0;
+    }
+
+    /// Every page known now, in address order.
+    fn view(&self) -> impl Iterator<Item = &(u64, u64)> {
+        self.now.iter().chain(&self.last[self.at..])
+    }
+}
+
 pub struct Heat {
     cfg: HeatConfig,
     round: u64,
-    /// the first round of the scan pass under way
-    pass_start: u64,
     page_bytes: u64,
     processes: BTreeMap<u32, Process>,
 }
 
 impl Heat {
     pub fn new(cfg: HeatConfig) -> Heat {
-        Heat { cfg, round: 0, pass_start: 1, page_bytes: 4096, processes: BTreeMap::new() }
+        Heat { cfg, round: 0, page_bytes: 4096, processes: BTreeMap::new() }
     }
 
     /// New class bounds; what was seen stays.
@@ -107,27 +152,21 @@ impl Heat {
         for &pid in alive {
             self.processes.entry(pid).or_insert_with(|| Process { first_round: round, ..Default::default() });
         }
-        let mut touch = |pid: u32, addr: u64, accessed: bool| {
-            let Some(p) = self.processes.get_mut(&pid) else { return };
-            let e = p.pages.entry(addr).or_insert(Page { since: round, seen: round });
-            e.seen = round;
-            if accessed {
-                e.since = round;
-            }
-        };
         for p in &obs.pages {
-            touch(p.pid, p.addr, p.accessed || p.dirty);
+            if let Some(h) = self.processes.get_mut(&p.pid) {
+                h.see(p.addr, p.accessed || p.dirty, round);
+            }
         }
         let page = self.page_bytes;
         for f in &obs.hint_faults {
-            touch(f.pid, f.addr / page * page, true);
+            if let Some(h) = self.processes.get_mut(&f.pid) {
+                h.touched(f.addr / page * page, round);
+            }
         }
         if obs.scan_complete {
-            let start = self.pass_start;
             for p in self.processes.values_mut() {
-                p.pages.retain(|_, pg| pg.seen >= start);
+                p.end_pass();
             }
-            self.pass_start = round + 1;
         }
         if !obs.objects.is_empty() {
             for p in self.processes.values_mut() {
@@ -164,8 +203,11 @@ impl Heat {
             1 => c.warm_bytes += bytes,
             _ => c.cold_bytes += bytes,
         };
-        for (&addr, pg) in &p.pages {
-            let age = self.round - pg.since;
+        let mut pages: Vec<(u64, bool)> = Vec::with_capacity(p.now.len() + p.last.len() - p.at);
+        let mut k = 0; // the tracked object holding a page, if any: pages and objects both by address
+        for &(addr, since) in p.view() {
+            pages.push((addr, since == self.round));
+            let age = self.round - since;
             let class = self.class(age);
             add(&mut h.classes, class, self.page_bytes);
             if age < self.cfg.cold_rounds {
@@ -176,16 +218,13 @@ impl Heat {
                 *h.idle_bytes.entry(at).or_default() += self.page_bytes;
                 at *= 2;
             }
-            // the tracked object holding it, if any: the last one starting at or below it
-            let i = p.objects.partition_point(|o| o.0 <= addr);
-            if let Some(&(start, len, ctx)) = i.checked_sub(1).map(|i| &p.objects[i]) {
-                if addr < start + len && ctx != 0 {
-                    add(h.contexts.entry(ctx).or_default(), class, self.page_bytes);
-                }
+            while k < p.objects.len() && p.objects[k].0 + p.objects[k].1 <= addr {
+                k += 1;
+            }
+            if let Some(&(_, _, ctx)) = p.objects.get(k).filter(|o| o.0 <= addr && o.2 != 0) {
+                add(h.contexts.entry(ctx).or_default(), class, self.page_bytes);
             }
         }
-        let mut pages: Vec<(u64, bool)> = p.pages.iter().map(|(a, pg)| (*a, pg.since == self.round)).collect();
-        pages.sort_unstable();
         h.access_map = access_map(&pages);
         Some(h)
     }
@@ -274,5 +313,41 @@ mod tests {
         assert_eq!(p.contexts[&3], Classes { hot_bytes: 4096, warm_bytes: 0, cold_bytes: 4096 });
         assert_eq!(p.contexts[&4], Classes { cold_bytes: 4096, ..Default::default() });
         assert_eq!(p.contexts.len(), 2, "page 5 is in no object");
+    }
+
+    #[test]
+    fn a_pass_over_several_rounds_keeps_the_last_pass_s_rest_and_drops_pages_no_longer_seen() {
+        use strata_policy::{HintFault, PageObs};
+        let page = |addr: u64, accessed: bool| PageObs { pid: 1, addr, tier: 0, node: 0, accessed, dirty: false };
+        let round = |pages: Vec<PageObs>, complete: bool| Observations {
+            pages,
+            page_bytes: 4096,
+            scan_complete: complete,
+            ..Default::default()
+        };
+        let mut h = Heat::new(HeatConfig { hot_rounds: 1, cold_rounds: 3 });
+        let bytes = |h: &Heat| {
+            let p = h.of(1).unwrap();
+            (p.classes.hot_bytes / 4096, p.classes.warm_bytes / 4096, p.classes.cold_bytes / 4096)
+        };
+        h.update(&round(vec![page(0, true), page(4096, true), page(8192, true)], true), &[1]);
+        assert_eq!(bytes(&h), (3, 0, 0));
+        // half a pass: the first page, idle; the others still as the last pass left them
+        h.update(&round(vec![page(0, false)], false), &[1]);
+        assert_eq!(bytes(&h), (0, 3, 0));
+        // the rest of the pass: the second page is gone (not seen), the third accessed
+        h.update(&round(vec![page(8192, true)], true), &[1]);
+        let p = h.of(1).unwrap();
+        assert_eq!(bytes(&h), (1, 1, 0), "{p:?}");
+        assert_eq!(p.wss_bytes, 2 * 4096);
+        // pages out of the scan's order keep what the last pass knew of them
+        h.update(&round(vec![page(8192, false), page(0, false)], false), &[1]);
+        assert_eq!(bytes(&h), (0, 1, 1), "the first idle 3 rounds, the third 1");
+        // a hint fault marks a known page accessed
+        let faults = vec![HintFault { pid: 1, addr: 8192 + 12, tier: 0, time_ns: 0 }];
+        h.update(&Observations { hint_faults: faults, page_bytes: 4096, ..Default::default() }, &[1]);
+        assert_eq!(bytes(&h), (1, 0, 1));
+        h.update(&round(vec![], false), &[]);
+        assert!(h.of(1).is_none(), "a process gone is forgotten");
     }
 }
