@@ -46,8 +46,10 @@ pub struct Linux {
     pass: u64,
     /// what of each node is reported as not free, left for the kernel
     reserve: Reserve,
-    /// the trackers to use, preferred first (the daemon's configuration)
+    /// the trackers to use, preferred first (the daemon's configuration), and what they were
+    /// made with (kinds, DAMON's processes at most, the round)
     trackers: Trackers,
+    made_with: (Vec<TrackerKind>, usize, Duration),
     /// how pages move (the daemon's mover configuration)
     mover: MoverConfig,
 }
@@ -135,6 +137,7 @@ impl Linux {
             pass: 0,
             reserve: Reserve::default(),
             trackers: Trackers::new(&[TrackerKind::PagemapScan, TrackerKind::SoftDirty], 0, round).0,
+            made_with: (vec![TrackerKind::PagemapScan, TrackerKind::SoftDirty], 0, round),
             mover: MoverConfig::default(),
         }
     }
@@ -181,9 +184,11 @@ impl Linux {
     /// by the daemon, never by a tool that only reads. Returns why DAMON, if asked for, cannot
     /// be used.
     pub fn set_trackers(&mut self, kinds: &[TrackerKind], damon_max: usize, round: Duration) -> Option<String> {
-        if self.trackers.kinds() == kinds {
+        let asked = (kinds.to_vec(), damon_max, round);
+        if self.made_with == asked {
             return None;
         }
+        self.made_with = asked;
         self.trackers = Trackers::default(); // (DAMON's kdamonds are given back before it is taken again)
         let (trackers, why) = Trackers::new(kinds, damon_max, round);
         self.trackers = trackers;
