@@ -192,7 +192,6 @@ impl Linux {
         self.trackers = Trackers::default(); // (DAMON's kdamonds are given back before it is taken again)
         let (trackers, why) = Trackers::new(kinds, damon_max, round);
         self.trackers = trackers;
-        (self.cursor, self.pass) = ((0, 0), self.pass + 1);
         why
     }
 
