@@ -407,14 +407,15 @@ fn guest_daemon_gives_a_cgroup_its_memory_low_of_the_fast_node_before_a_cgroup_w
     // two hot sets of 60 % of node 0's free memory each, both starting on node 1, at the same
     // priority, each in a cgroup of its own; a's memory.low is 4 times its hot set (a third of
     // memory is fast, so its fast-tier guarantee, a third of memory.low, covers the hot set), b
-    // has none. The daemon keeps about a fifth of what is free for the kernel: shared evenly,
-    // each would get about two thirds of its hot set; a waits until 90 % of its own is fast
+    // has none, and a cpu.weight of 50 (priority low). The daemon keeps about a fifth of what is
+    // free for the kernel: shared evenly, each would get about two thirds of its hot set; a
+    // waits until 90 % of its own is fast
     let (code, out) = daemon_guest(
         &daemon_files(),
         &format!(
             "H=$((FREE_MB * 60 / 100)); echo H=$H\n\
-             mount -t cgroup2 none /sys/fs/cgroup && echo +memory > /sys/fs/cgroup/cgroup.subtree_control\n\
-             mkdir /sys/fs/cgroup/strata-a /sys/fs/cgroup/strata-b\n\
+             mount -t cgroup2 none /sys/fs/cgroup && echo '+memory +cpu' > /sys/fs/cgroup/cgroup.subtree_control\n\
+             mkdir /sys/fs/cgroup/strata-a /sys/fs/cgroup/strata-b; echo 50 > /sys/fs/cgroup/strata-b/cpu.weight\n\
              echo $((4 * H))M > /sys/fs/cgroup/strata-a/memory.low; echo low=$(cat /sys/fs/cgroup/strata-a/memory.low)\n\
              printf '[policy.ambix]\\nmin_scans = 3\\n[[process]]\\ncgroup = \"/strata-a\"\\n[[process]]\\ncgroup = \"/strata-b\"\\n' > /tmp/cg.toml\n\
              strata --config /tmp/cg.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
@@ -444,8 +445,10 @@ fn guest_daemon_gives_a_cgroup_its_memory_low_of_the_fast_node_before_a_cgroup_w
     assert_eq!(groups.len(), 2, "{status}");
     assert!(group("/strata-a")["min_fast_bytes"].as_u64().unwrap() >= h << 20, "{status}");
     assert_eq!(group("/strata-b")["min_fast_bytes"], 0, "{status}");
+    assert_eq!(group("/strata-b")["priority"], -10, "its cpu.weight, 50, is half the default: low: {status}");
     assert!(group("/strata-a")["share_bytes"].as_u64() > group("/strata-b")["share_bytes"].as_u64(), "{status}");
     assert!(section(&out, "TEXT").contains("cgroup /strata-a, priority 0"), "{out}");
+    assert!(section(&out, "TEXT").contains("cgroup /strata-b, priority -10"), "{out}");
 }
 
 #[test]

@@ -266,6 +266,7 @@ pub struct ProcessRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
     /// its priority (high, normal, low or a number in -1000..1000), over the one it claims
+    /// (unset, for a rule with a cgroup: the cgroup's, from its CPU weight, crate::cgroup)
     #[serde(default, deserialize_with = "priority_opt")]
     pub priority: Option<i32>,
     /// fast-tier bytes it may hold at most (a rule with a cgroup: all its processes together;

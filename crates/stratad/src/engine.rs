@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use strata_policy::{Action, Needs, Observations, Policy, Sample};
 use strata_util::thread_cpu_ns;
 
+use crate::cgroup::Cgroup;
 use crate::config::Config;
 use crate::heat::Heat;
 use crate::machine::{Machine, ProcessObs};
@@ -31,6 +32,8 @@ pub struct Engine {
     pages_for_samples: bool,
     /// the processes' heat classes, where watched (the live daemon)
     heat: Option<Heat>,
+    /// what the cgroups of the configuration's rules said at the last round, by rule
+    cgroups: BTreeMap<usize, Cgroup>,
 }
 
 /// What policy `name` needs, once the configuration checks and the machine can provide it.
@@ -110,6 +113,7 @@ impl Engine {
             needs,
             pages_for_samples,
             heat: None,
+            cgroups: BTreeMap::new(),
         })
     }
 
@@ -155,9 +159,29 @@ impl Engine {
         self.heat.as_ref()
     }
 
-    /// A process's priority: given from outside, else its configuration rule's, else its own.
+    /// A process's priority: given from outside, else its configuration rule's, else that of
+    /// the cgroup its rule names (crate::cgroup: from the CPU weight, where not the default), else
+    /// its own.
     pub fn priority(&self, p: &ProcessObs) -> i32 {
-        p.given_priority.or_else(|| self.cfg.rule(p).and_then(|r| r.priority)).unwrap_or(p.claimed_priority)
+        let ruled = self.cfg.rule_at(p);
+        p.given_priority
+            .or_else(|| ruled.and_then(|(_, r)| r.priority))
+            .or_else(|| ruled.and_then(|(i, _)| self.cgroups.get(&i)).and_then(|c| c.priority()))
+            .unwrap_or(p.claimed_priority)
+    }
+
+    /// What the cgroup of each rule that names one and matches a process of `procs` says now.
+    fn read_cgroups(&mut self, procs: &[ProcessObs], m: &mut dyn Machine) {
+        self.cgroups.clear();
+        for p in procs {
+            if let Some((i, r)) = self.cfg.rule_at(p) {
+                if let (Some(path), false) = (&r.cgroup, self.cgroups.contains_key(&i)) {
+                    if let Some(c) = m.cgroup(path) {
+                        self.cgroups.insert(i, c);
+                    }
+                }
+            }
+        }
     }
 
     /// One round: observe, decide, move.
@@ -165,6 +189,7 @@ impl Engine {
         let start = thread_cpu_ns();
         let obs = self.observe(m);
         let procs = m.processes();
+        self.read_cgroups(&procs, m);
         if let Some(h) = &mut self.heat {
             h.update(&obs, &procs.iter().map(|p| p.pid).collect::<Vec<_>>());
         }
@@ -248,15 +273,11 @@ impl Engine {
             fast as f64 / obs.tiers.iter().map(|t| t.capacity_bytes).sum::<u64>().max(1) as f64
         };
         let mut cgroups = BTreeMap::new();
-        let mut bounds = BTreeMap::new();
         let ruled: Vec<_> = procs
             .iter()
             .map(|p| {
                 let Some((i, r)) = cfg.rule_at(p) else { return (None, None, 0) };
-                let (cg_min, cg_max) = *bounds.entry(i).or_insert_with(|| {
-                    let from = r.cgroup.as_ref().and_then(|c| m.cgroup_memory(c));
-                    from.map_or((0, None), |c| share::cgroup_bounds(&c, fast_share))
-                });
+                let (cg_min, cg_max) = self.cgroups.get(&i).map_or((0, None), |c| c.fast_bounds(fast_share));
                 let key = r.cgroup.as_ref().map(|c| {
                     cgroups.insert(i, c.clone());
                     GroupKey::Cgroup(i)

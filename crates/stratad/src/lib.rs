@@ -12,6 +12,7 @@
 //! is one round; on the emulated machine the emulator calls it every scanner period of
 //! simulated time, through the C entry point `strata_engine_start` of this crate's cdylib
 //! (`libstratad.so`), which the emulator loads when `$STRATA_ENGINE_LIB` names it.
+pub mod cgroup;
 pub mod channel;
 pub mod config;
 pub mod emulated;

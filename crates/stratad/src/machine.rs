@@ -162,9 +162,8 @@ pub trait Machine {
     fn resident(&mut self, _pid: u32) -> Vec<u64> {
         Vec::new()
     }
-    /// What the memory controller of `cgroup` (a path as /proc/PID/cgroup shows it) says, where
-    /// the machine has cgroups.
-    fn cgroup_memory(&mut self, _cgroup: &str) -> Option<crate::share::CgroupMemory> {
+    /// What cgroup `path` (as /proc/PID/cgroup shows it) says, where the machine has cgroups.
+    fn cgroup(&mut self, _path: &str) -> Option<crate::cgroup::Cgroup> {
         None
     }
 }

@@ -139,46 +139,6 @@ pub fn groups(members: &[Member], available: u64, cgroups: &BTreeMap<usize, Stri
     out
 }
 
-/// A cgroup's fast-tier bounds from its memory controller, as the tier-aware memcg proposals
-/// read them (Joshua Hahn's RFC "mm/memcontrol: Make memcg limits tier-aware", Feb 2026; Kaiyang
-/// Zhao's tiering-fairness RFC, 2024): `memory.min` is guaranteed in the fast tier as it is,
-/// `memory.low` in proportion to the fast tier's share of all memory (`fast_share`), and
-/// `memory.high` bounds it in the same proportion. Returns (min_fast_bytes, max_fast_bytes).
-pub fn cgroup_bounds(c: &CgroupMemory, fast_share: f64) -> (u64, Option<u64>) {
-    let scaled = |x: u64| (x as f64 * fast_share.clamp(0.0, 1.0)) as u64;
-    (c.min.max(scaled(c.low)), c.high.map(scaled))
-}
-
-/// What a cgroup's memory controller says (cgroup v2; absent files read as 0, "max" as None).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CgroupMemory {
-    pub min: u64,
-    pub low: u64,
-    pub high: Option<u64>,
-}
-
-impl CgroupMemory {
-    /// From the cgroup's directory (e.g. /sys/fs/cgroup/system.slice/redis.service); None when
-    /// there is no such cgroup.
-    pub fn read(dir: &std::path::Path) -> Option<CgroupMemory> {
-        if !dir.is_dir() {
-            return None;
-        }
-        let value = |f: &str| {
-            let text = std::fs::read_to_string(dir.join(f)).ok()?;
-            match text.trim() {
-                "max" => Some(None),
-                n => n.parse::<u64>().ok().map(Some),
-            }
-        };
-        Some(CgroupMemory {
-            min: value("memory.min").flatten().unwrap_or(0),
-            low: value("memory.low").flatten().unwrap_or(0),
-            high: value("memory.high").unwrap_or(None),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,24 +246,5 @@ mod tests {
         // a limit caps a guarantee
         let both = Member { max_fast_bytes: Some(G), ..alone(1, 3 * G) };
         assert_eq!(share(&groups(&[both], 4 * G), GroupKey::Limited(1)), G);
-    }
-
-    #[test]
-    fn a_cgroup_guarantees_its_min_and_a_share_of_its_low_and_high_as_the_fast_tier_is_of_all() {
-        let c = CgroupMemory { min: G, low: 4 * G, high: Some(8 * G) };
-        assert_eq!(cgroup_bounds(&c, 0.25), (G, Some(2 * G)), "low 4 GiB at 1:4 is 1 GiB; min as it is");
-        assert_eq!(cgroup_bounds(&c, 0.5), (2 * G, Some(4 * G)));
-        assert_eq!(cgroup_bounds(&CgroupMemory::default(), 0.5), (0, None), "no bounds: none");
-        let dir = std::env::temp_dir().join(format!("strata-cgroup-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("memory.min"), "0\n").unwrap();
-        std::fs::write(dir.join("memory.low"), "1073741824\n").unwrap();
-        std::fs::write(dir.join("memory.high"), "max\n").unwrap();
-        assert_eq!(CgroupMemory::read(&dir), Some(CgroupMemory { min: 0, low: G, high: None }));
-        std::fs::remove_file(dir.join("memory.min")).unwrap();
-        std::fs::write(dir.join("memory.high"), "2147483648\n").unwrap();
-        assert_eq!(CgroupMemory::read(&dir), Some(CgroupMemory { min: 0, low: G, high: Some(2 * G) }), "no file: 0");
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(CgroupMemory::read(&dir), None, "no such cgroup");
     }
 }

@@ -344,11 +344,11 @@ impl Default for Linux {
 
 impl Machine for Linux {
     /// From the cgroup v2 hierarchy under this machine's sysfs (/sys/fs/cgroup).
-    fn cgroup_memory(&mut self, cgroup: &str) -> Option<stratad::share::CgroupMemory> {
-        if cgroup.split('/').any(|c| c == "..") {
+    fn cgroup(&mut self, path: &str) -> Option<stratad::cgroup::Cgroup> {
+        if path.split('/').any(|c| c == "..") {
             return None;
         }
-        stratad::share::CgroupMemory::read(&self.sysfs.join("fs/cgroup").join(cgroup.trim_start_matches('/')))
+        stratad::cgroup::Cgroup::read(&self.sysfs.join("fs/cgroup").join(path.trim_start_matches('/')))
     }
 
     fn page_bytes(&self) -> u64 {
