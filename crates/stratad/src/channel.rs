@@ -58,7 +58,7 @@ pub struct Channel {
 }
 
 /// Above any x86-64 user address, with 5-level page tables too (57 bits): a sanity bound on
-/// what a process may claim, not the end of the space the daemon scans (linux.rs's USER_TOP).
+/// what a process may claim, not the end of the space the daemon scans (strata-daemon's tracker::pagemap_scan::USER_TOP).
 const ANY_USER_END: u64 = 1 << 57;
 
 /// The largest region accepted: libstrata's tables at their capacities, with room for alignment.
