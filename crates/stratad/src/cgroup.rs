@@ -13,6 +13,12 @@
 //! the default 100 (systemd's `CPUWeight=`) is ten steps of priority a doubling: 200 is `high`
 //! (10), 50 is `low` (-10), 10000 is 66. A cgroup at the default says nothing, and the
 //! process's own claim stands.
+//!
+//! **Whose word.** Only files root owns are read: a cgroup delegated to a user (systemd's
+//! `Delegate=`, a user's own slice) has files its user owns and may write, and a user must not
+//! raise their processes' guarantee or priority by writing them. Such a file reads as the
+//! default, as if absent.
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// What a cgroup's controllers say (absent files read as their defaults, "max" as None).
@@ -39,7 +45,11 @@ impl Cgroup {
             return None;
         }
         let value = |f: &str| {
-            let text = std::fs::read_to_string(dir.join(f)).ok()?;
+            let path = dir.join(f);
+            if std::fs::metadata(&path).ok()?.uid() != 0 {
+                return None; // delegated: its user's word, not the administrator's
+            }
+            let text = std::fs::read_to_string(path).ok()?;
             match text.trim() {
                 "max" => Some(None),
                 n => n.parse::<u64>().ok().map(Some),
@@ -114,6 +124,14 @@ mod tests {
         std::fs::write(dir.join("cpu.idle"), "1\n").unwrap();
         let c = Cgroup::read(&dir).unwrap();
         assert_eq!((c.memory_min, c.memory_high, c.cpu_weight, c.priority()), (0, Some(2 * G), 100, Some(-10)));
+        // a file a user owns (a delegated cgroup) is not the administrator's: as if absent
+        // SAFETY: geteuid has no preconditions
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(dir.join("cpu.idle"), Some(65534), None).unwrap();
+            std::os::unix::fs::chown(dir.join("memory.low"), Some(65534), None).unwrap();
+            let c = Cgroup::read(&dir).unwrap();
+            assert_eq!((c.memory_low, c.cpu_idle, c.priority()), (0, false, None), "{c:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(Cgroup::read(&dir), None, "no such cgroup");
     }
