@@ -203,20 +203,21 @@ impl Heat {
             1 => c.warm_bytes += bytes,
             _ => c.cold_bytes += bytes,
         };
-        let mut pages: Vec<(u64, bool)> = Vec::with_capacity(p.now.len() + p.last.len() - p.at);
+        // accessed this round, each page in address order
+        let mut accessed: Vec<bool> = Vec::with_capacity(p.now.len() + p.last.len() - p.at);
+        // pages by the highest power of two their idle age reaches (index: its log2)
+        let mut by_log2 = [0u64; 64];
         let mut k = 0; // the tracked object holding a page, if any: pages and objects both by address
         for &(addr, since) in p.view() {
-            pages.push((addr, since == self.round));
+            accessed.push(since == self.round);
             let age = self.round - since;
             let class = self.class(age);
             add(&mut h.classes, class, self.page_bytes);
             if age < self.cfg.cold_rounds {
                 h.wss_bytes += self.page_bytes;
             }
-            let mut at = 1;
-            while at <= age {
-                *h.idle_bytes.entry(at).or_default() += self.page_bytes;
-                at *= 2;
+            if age > 0 {
+                by_log2[age.ilog2() as usize] += 1;
             }
             while k < p.objects.len() && p.objects[k].0 + p.objects[k].1 <= addr {
                 k += 1;
@@ -225,21 +226,29 @@ impl Heat {
                 add(h.contexts.entry(ctx).or_default(), class, self.page_bytes);
             }
         }
-        h.access_map = access_map(&pages);
+        // idle for at least 2^i rounds: every page whose age reaches 2^i or more
+        let mut at_least = 0;
+        for i in (0..64).rev() {
+            at_least += by_log2[i];
+            if at_least > 0 {
+                h.idle_bytes.insert(1 << i, at_least * self.page_bytes);
+            }
+        }
+        h.access_map = access_map(&accessed);
         Some(h)
     }
 }
 
-/// The share of pages accessed in each of `MAP_BINS` bins of `pages` (address order, accessed).
-fn access_map(pages: &[(u64, bool)]) -> Vec<f32> {
-    if pages.is_empty() {
+/// The share of pages accessed in each of `MAP_BINS` bins of `accessed` (address order).
+fn access_map(accessed: &[bool]) -> Vec<f32> {
+    if accessed.is_empty() {
         return Vec::new();
     }
-    let n = pages.len();
+    let n = accessed.len();
     (0..MAP_BINS)
         .map(|j| {
-            let bin = &pages[j * n / MAP_BINS..((j + 1) * n / MAP_BINS).max(j * n / MAP_BINS + 1).min(n)];
-            bin.iter().filter(|p| p.1).count() as f32 / bin.len() as f32
+            let bin = &accessed[j * n / MAP_BINS..((j + 1) * n / MAP_BINS).max(j * n / MAP_BINS + 1).min(n)];
+            bin.iter().filter(|a| **a).count() as f32 / bin.len() as f32
         })
         .collect()
 }
@@ -349,5 +358,34 @@ mod tests {
         assert_eq!(bytes(&h), (1, 0, 1));
         h.update(&round(vec![], false), &[]);
         assert!(h.of(1).is_none(), "a process gone is forgotten");
+    }
+
+    /// What a round costs for a process of 2 GiB (524,288 pages, a third accessed a round):
+    /// printed, not asserted (`cargo test --release -p stratad heat::tests::cost -- --ignored
+    /// --nocapture`; docs/daemon.md quotes it).
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn cost_of_a_round_of_a_2_gib_process() {
+        use strata_policy::PageObs;
+        let n = 524_288u64;
+        let page =
+            |i: u64| PageObs { pid: 1, addr: i * 4096, tier: 0, node: 0, accessed: i.is_multiple_of(3), dirty: false };
+        let obs = Observations {
+            pages: (0..n).map(page).collect(),
+            page_bytes: 4096,
+            scan_complete: true,
+            ..Default::default()
+        };
+        let mut h = Heat::new(HeatConfig::default());
+        let t = std::time::Instant::now();
+        for _ in 0..5 {
+            h.update(&obs, &[1]);
+        }
+        let update = t.elapsed() / 5;
+        let t = std::time::Instant::now();
+        for _ in 0..5 {
+            std::hint::black_box(h.of(1));
+        }
+        eprintln!("heat of 2 GiB: update {update:?} a round, figures {:?}", t.elapsed() / 5);
     }
 }
