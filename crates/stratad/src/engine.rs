@@ -28,8 +28,6 @@ pub struct Engine {
     mover: Mover,
     stats: Stats,
     needs: Needs,
-    /// the scan's accessed pages stand in for LLC-miss samples (the machine has no sampler)
-    pages_for_samples: bool,
     /// the processes' heat classes, where watched (the live daemon)
     heat: Option<Heat>,
     /// what the cgroups of the configuration's rules said at the last round, by rule
@@ -38,8 +36,8 @@ pub struct Engine {
 
 /// What policy `name` needs, once the configuration checks and the machine can provide it.
 /// Where the machine has no LLC-miss sampler (no PMU) but scans pages, the scan's accessed pages
-/// stand in for the samples a policy needs ([`Needs::samples`] comes back false and
-/// `pages_for_samples` true): one sample a page accessed that round, at its address.
+/// stand in for the samples a policy needs ([`Needs::samples`] comes back false and the third
+/// value true, kept as `Stats::samples_from_pages`): one sample a page accessed that round.
 fn prepare(name: &str, cfg: &Config, m: &mut dyn Machine) -> Result<(&'static str, Needs, bool), Error> {
     cfg.check(name)?;
     let policy = cfg.make_policy(name)?;
@@ -111,7 +109,6 @@ impl Engine {
             policies: BTreeMap::new(),
             mover,
             needs,
-            pages_for_samples,
             heat: None,
             cgroups: BTreeMap::new(),
         })
@@ -130,7 +127,7 @@ impl Engine {
             h.reconfigure(cfg.heat.clone());
         }
         (self.stats.policy, self.stats.samples_from_pages) = (made.into(), pages_for_samples);
-        (self.name, self.cfg, self.needs, self.pages_for_samples) = (name.into(), cfg, needs, pages_for_samples);
+        (self.name, self.cfg, self.needs) = (name.into(), cfg, needs);
         Ok(())
     }
 
@@ -219,7 +216,7 @@ impl Engine {
         if self.needs.samples {
             m.samples(&mut obs.samples);
         }
-        if self.pages_for_samples {
+        if self.stats.samples_from_pages {
             let now = obs.now_ns;
             let accessed = obs.pages.iter().filter(|p| p.accessed);
             obs.samples.extend(accessed.map(|p| Sample {
@@ -408,7 +405,8 @@ mod tests {
         assert_eq!(e.stats().samples, 4, "one sample a page accessed: {:?}", e.stats());
         let e = Engine::new("ambix", Config::default(), &mut m).unwrap();
         assert!(!e.stats().samples_from_pages, "a policy that needs no samples gets none");
-        let err = Engine::new("strata", Config::default(), &mut NoSampler { scans: false }).err().unwrap().to_string();
-        assert!(err.contains("LLC-miss samples or page scans") || err.contains("page scans"), "{err}");
+        // MAT needs no page scans of its own: without them, its samples cannot come from pages
+        let err = Engine::new("mat", Config::default(), &mut NoSampler { scans: false }).err().unwrap().to_string();
+        assert!(err.contains("needs LLC-miss samples or page scans"), "{err}");
     }
 }
