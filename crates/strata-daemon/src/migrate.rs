@@ -88,9 +88,11 @@ pub fn drop_shadows(agent: &mut Agent) -> bool {
 /// Whether move_pages(2) works here: it finds a page of the daemon's own.
 pub fn probe_move_pages() -> Result<String, String> {
     let page = Page::new()?;
-    match locate(0, &[page.addr()])[..] {
-        [Some(node)] => Ok(format!("move_pages(2) found this process's page on node {node}")),
-        _ => Err(format!("move_pages(2) on a page of this process: {}", std::io::Error::last_os_error())),
+    match move_pages(0, &[page.addr()], None).as_deref() {
+        Ok([node]) if *node >= 0 => Ok(format!("move_pages(2) found this process's page on node {node}")),
+        Ok([e]) => Err(format!("move_pages(2) on a page of this process: {}", std::io::Error::from_raw_os_error(-e))),
+        Ok(_) => Err("move_pages(2) answered for another number of pages".into()),
+        Err(e) => Err(format!("move_pages(2) on a page of this process: {}", std::io::Error::from_raw_os_error(*e))),
     }
 }
 

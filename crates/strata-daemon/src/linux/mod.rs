@@ -321,12 +321,9 @@ impl Linux {
     fn start_pass(&mut self) {
         let Linux { procs, pages, trackers, pass, .. } = self;
         let mut chosen: Vec<Vec<Target<'_>>> = Vec::new();
-        let offers: Vec<(u32, crate::tracker::Offers)> =
-            procs.procs.iter().map(|(&pid, p)| (pid, p.offers())).collect();
-        let first: Vec<Option<usize>> = offers.iter().map(|(_, o)| trackers.first_able(*o)).collect();
         chosen.resize_with(trackers.len(), Vec::new);
-        for ((&pid, p), first) in procs.procs.iter_mut().zip(first) {
-            if let Some(i) = first {
+        for (&pid, p) in procs.procs.iter_mut() {
+            if let Some(i) = trackers.first_able(p.offers()) {
                 chosen[i].push(Target { pid, pages: pages.last(pid), agent: &mut p.agent, error: &mut p.scan_error });
             }
         }

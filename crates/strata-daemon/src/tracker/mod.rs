@@ -213,6 +213,18 @@ mod tests {
         assert!(why.is_none(), "no DAMON was asked for");
         let (t, _) = Trackers::new(&[TrackerKind::DamonVaddr, TrackerKind::PagemapScan], 0, Duration::from_millis(100));
         assert_eq!(t.kinds(), [TrackerKind::PagemapScan], "DAMON for no process is not DAMON");
+        // DAMON asked for: used, or (here: another tool's kdamond, or no vaddr operations) said
+        // why not, and then no process is seen by it, with that reason
+        let (t, why) = Trackers::new(&[TrackerKind::DamonVaddr], 8, Duration::from_millis(100));
+        assert_eq!(t.kinds(), [TrackerKind::DamonVaddr]);
+        match why {
+            None => assert!(t.unseen_because(Offers::default()).is_none(), "DAMON sees any process"),
+            Some(why) => {
+                assert!(!why.is_empty());
+                let unseen = t.unseen_because(Offers::default()).unwrap();
+                assert!(unseen[0].starts_with("damon-vaddr: ") && !t.any(), "{unseen:?}");
+            }
+        }
         assert_eq!(window_rounds(Duration::from_millis(500)), 4);
         assert_eq!(window_rounds(Duration::from_secs(5)), 1);
     }
