@@ -27,7 +27,7 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     assert!(n > 1.3 && e > 1.3, "next_to lists must be faster both ways: native {n}, emulated {e}");
     assert!(v["accesses_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(v["workloads"].as_array().unwrap().len(), 3);
-    // two runs each side; every figure comes from the fastest native run
+    // two runs each side; the emulator's speed comes from the fastest of each
     let l = &v["layout"];
     let runs = |k: &str| l[k].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
     let (nat, emu) = (runs("native_runs_s"), runs("emulated_runs_s"));
@@ -40,10 +40,17 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     let (top, top_native) = (v["accesses_per_sec"].as_f64().unwrap(), v["native_accesses_per_sec"].as_f64().unwrap());
     let slowdown = v["slowdown"].as_f64().unwrap();
     assert!((top * slowdown / top_native - 1.0).abs() < 1e-9, "{top} x {slowdown} vs {top_native}");
-    let speeds = |variant: &str| {
-        l["native_nodes_per_sec"].as_array().unwrap().iter().map(|r| r[variant].as_f64().unwrap()).fold(0.0, f64::max)
-    };
-    assert_eq!(n, speeds("next_to") / speeds("malloc"), "the fastest of each traversal");
-    let esp = runs("emulated_speedups");
-    assert_eq!(esp[0], esp[1], "a single-threaded emulated run repeats exactly");
+    // each pass pairs a calibration with the native runs after it; the ratio is the median pass's
+    let (nsp, esp, ratios) = (runs("native_speedups"), runs("emulated_speedups"), runs("ratios"));
+    assert_eq!((nsp.len(), esp.len(), ratios.len()), (2, 2, 2));
+    for i in 0..2 {
+        assert_eq!(ratios[i], esp[i] / nsp[i]);
+    }
+    assert_eq!(n, (nsp[0] + nsp[1]) / 2.0, "the median of the passes' native speed-ups");
+    assert_eq!(v["layout_ratio"].as_f64().unwrap(), (ratios[0] + ratios[1]) / 2.0);
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 2, "a calibration a pass");
+    for c in v["chases"].as_array().unwrap() {
+        let r: Vec<f64> = c["ratios"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(c["ratio"].as_f64().unwrap(), (r[0] + r[1]) / 2.0, "{}", c["name"]);
+    }
 }
