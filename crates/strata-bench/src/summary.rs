@@ -239,6 +239,52 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
     }
 }
 
+/// A sweep: each swept policy's figure over its best point's, per workload and ratio, and the
+/// point that was best where one beat it.
+fn sweep_table(s: &mut String, r: &tiering::Report) {
+    let mut ratios: Vec<f64> = r.sweep.iter().filter_map(|w| w.fast_ratio).collect();
+    ratios.sort_by(|a, b| b.total_cmp(a));
+    ratios.dedup();
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for w in &r.sweep {
+        if !keys.contains(&(w.workload.as_str(), w.policy.as_str())) {
+            keys.push((&w.workload, &w.policy));
+        }
+    }
+    let head: Vec<String> = ratios.iter().map(|x| format!("{} % fast", x * 100.0)).collect();
+    let _ = writeln!(s, "| workload | policy | {} |\n|---|---|{}", head.join(" | "), "---|".repeat(ratios.len()));
+    for (w, p) in &keys {
+        let cells: Vec<String> = ratios
+            .iter()
+            .map(|f| {
+                r.sweep.iter().find(|x| x.workload == *w && x.policy == *p && x.fast_ratio == Some(*f)).map_or(
+                    "-".into(),
+                    |x| if x.best == x.policy { "1.00".into() } else { format!("{:.3} ({})", x.of_best, x.best) },
+                )
+            })
+            .collect();
+        let _ = writeln!(s, "| {w} | {p} | {} |", cells.join(" | "));
+    }
+    let within = r.sweep.iter().filter(|x| x.of_best >= 0.97).count();
+    let worst = r.sweep.iter().map(|x| x.of_best).fold(f64::INFINITY, f64::min);
+    let points: Vec<&str> = r
+        .rows
+        .iter()
+        .map(|x| x.policy.as_str())
+        .filter(|p| p.contains('@'))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nThe policy's throughput over the best of its points (model output; footprints of about {} MiB; time scale {}): within 3 % in {within} of {} cases, the worst {worst:.3}. Points: {}.\n",
+        r.size_mb,
+        r.time_scale,
+        r.sweep.len(),
+        points.join(", ")
+    );
+}
+
 /// Issue #35's service-level savings: per workload and policy, the most of the footprint left in
 /// the slow tier (among the measured ratios) at 2 % and at 5 % slowdown from all-fast.
 fn savings_table(s: &mut String, r: &tiering::Report, workloads: &[&str], policies: &[&str]) {
@@ -388,6 +434,12 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
                 what += ")";
                 header(&mut s, &r.measured, &what, &path, dir);
                 ycsb_table(&mut s, &r.report);
+            }
+            b if b.starts_with("tiering-") && b.ends_with("-sweep") => {
+                let r: Saved<tiering::Report> = parse(&path, v)?;
+                let what = format!("A sweep of the default's settings (emulated, preset {})", r.report.preset);
+                header(&mut s, &r.measured, &what, &path, dir);
+                sweep_table(&mut s, &r.report);
             }
             b if b.starts_with("tiering-") || b.starts_with("suite-") => {
                 let r: Saved<tiering::Report> = parse(&path, v)?;

@@ -46,7 +46,9 @@ pub struct Options {
     /// and shadows), the field's damon, memtierd and hybridtier, and the
     /// engine's: ambix, mat (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first (with
     /// --preset dram-first), strata; an engine policy followed by /transactional
-    /// (ambix/transactional) moves pages as libstrata's agent does, transactionally
+    /// (ambix/transactional) moves pages as libstrata's agent does, transactionally, and one
+    /// followed by @KEY=VALUE (strata@hysteresis=0@min_streak=5) runs with those settings over
+    /// its table of the configuration
     #[arg(long, value_delimiter = ',', default_value = "first-touch,tpp,ambix,mat:apb,hmalloc,strata")]
     pub policies: Vec<String>,
     /// The workloads' allocator: strata (transparent mode, LD_PRELOAD=libstrata.so, so that
@@ -99,6 +101,34 @@ pub struct Options {
     /// 1:16 (0.0625)
     #[arg(long, value_name = "R")]
     pub graph_ratio: Option<f64>,
+    /// Sweep one setting of an engine policy in --policies: POLICY.KEY=V1,V2,... runs it once
+    /// more with each value, as the setup POLICY@KEY=V (repeatable; one setting at a time, the
+    /// others at the configuration's values). The report ends with the policy against its best
+    /// point on every workload and ratio
+    #[arg(long, value_name = "POLICY.KEY=V1,V2,...")]
+    pub sweep: Vec<String>,
+}
+
+/// The setups of `--sweep`s: POLICY@KEY=V for each value, for a policy among `setups`.
+fn sweep_setups(sweeps: &[String], setups: &[Setup]) -> Result<Vec<Setup>, Error> {
+    let mut out: Vec<Setup> = Vec::new();
+    for sweep in sweeps {
+        let bad =
+            || Error::Invalid(format!("--sweep '{sweep}': give POLICY.KEY=V1,V2,... (e.g. strata.hysteresis=0,0.5,1)"));
+        let (setting, values) = sweep.split_once('=').ok_or_else(bad)?;
+        let (policy, key) = setting.split_once('.').ok_or_else(bad)?;
+        ensure(setups.iter().any(|s| matches!(s, Setup::Engine(p, false) if p == policy)), || {
+            format!("--sweep '{sweep}': {policy} is not an engine policy of --policies")
+        })?;
+        for v in values.split(',').filter(|v| !v.is_empty()) {
+            let setup = Setup::Engine(format!("{policy}@{key}={v}"), false);
+            policy_settings(&setup.name())?;
+            if !out.contains(&setup) {
+                out.push(setup);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `strata bench suite`: every workload (ours and the field's) under every baseline (the
@@ -149,6 +179,7 @@ impl SuiteOptions {
             policy_config: None,
             jobs: self.jobs,
             graph_ratio: Some(0.0625),
+            sweep: Vec::new(),
         }
     }
 }
@@ -206,83 +237,94 @@ impl Setup {
             m.set_kernel(*k);
         }
         let mut env = Vec::new();
-        if let Setup::Engine(policy, tx) = self {
-            let spec = EngineSpec::new(policy, Some(engine.path(policy, *tx))).map_err(|e| failed(e.to_string()))?;
+        if let Setup::Engine(spec, _) = self {
+            let (policy, _) = policy_settings(spec)?;
+            let spec = EngineSpec::new(policy, Some(engine.path(&self.name())?)).map_err(|e| failed(e.to_string()))?;
             env.extend(spec.env().into_iter().map(|(k, v)| (k.into(), v)));
         }
         Ok((m, env))
     }
 }
 
-/// The engine's configuration for every engine policy of a matrix, written twice: as given,
-/// and with the transactional mover (`POLICY/transactional`); and for a policy that runs at its
-/// own tracker's period (the field's: `Policy::round_ms`), once more with that period. The files
-/// go when this does.
+/// The engine's configuration for every engine policy of a matrix: one file per setup, the
+/// configuration as given with the setup's own settings over its policy's table
+/// (`strata@hysteresis=0`), its mover (`POLICY/transactional`) and, for a policy that runs at
+/// its own tracker's period (the field's: `Policy::round_ms`), that period. The files go when
+/// this does.
 pub(crate) struct EngineFiles {
     pub config: stratad::Config,
-    plain: PathBuf,
-    transactional: PathBuf,
-    /// (policy, its period's file)
-    own_period: Vec<(String, PathBuf)>,
+    /// (setup's name, its file)
+    files: Vec<(String, PathBuf)>,
+}
+
+/// A setup's own settings of its policy: (key, value) in order.
+pub(crate) type Settings = Vec<(String, toml::Value)>;
+
+/// An engine setup's policy and its own settings: `strata@hysteresis=0@min_streak=5` is the
+/// `strata` policy with `hysteresis = 0` and `min_streak = 5` over its table (each value TOML).
+pub(crate) fn policy_settings(spec: &str) -> Result<(&str, Settings), Error> {
+    let mut parts = spec.split('@');
+    let policy = parts.next().unwrap_or_default();
+    let settings = parts
+        .map(|kv| {
+            let bad = || Error::Invalid(format!("'{spec}': each @ must be followed by KEY=VALUE, not '{kv}'"));
+            let (k, v) = kv.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(bad)?;
+            let value: toml::Table = format!("v = {v}").parse().map_err(|_| bad())?;
+            Ok((k.to_string(), value["v"].clone()))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok((policy, settings))
 }
 
 impl EngineFiles {
-    /// Write `config` (checked for every engine policy of `setups`) to the temporary directory.
+    /// Write `config`, checked for every engine setup of `setups` with its own settings, to
+    /// the temporary directory.
     pub(crate) fn write(config: stratad::Config, setups: &[Setup]) -> Result<EngineFiles, Error> {
-        for s in setups {
-            if let Setup::Engine(p, _) = s {
-                config.check(p).map_err(|e| Error::Config(e.to_string()))?;
-            }
-        }
         let dir = std::env::temp_dir();
         let tag = format!("{:010}-{}", std::process::id(), ENGINE_FILES.fetch_add(1, Ordering::Relaxed));
-        let mut files = EngineFiles {
-            plain: dir.join(format!("strata-engine-{tag}.toml")),
-            transactional: dir.join(format!("strata-engine-{tag}-tx.toml")),
-            config,
-            own_period: Vec::new(),
-        };
-        let mut tx = files.config.clone();
-        tx.mover.mechanism = stratad::config::Mechanism::Transactional;
-        let write = |path: &Path, cfg: &stratad::Config| -> Result<(), Error> {
-            let text = toml::to_string(cfg).map_err(|e| failed(e.to_string()))?;
-            std::fs::write(path, text).map_err(io(format!("writing {}", path.display())))?;
-            Ok(())
-        };
-        write(&files.plain, &files.config)?;
-        write(&files.transactional, &tx)?;
+        let mut files = EngineFiles { config, files: Vec::new() };
         for s in setups {
-            let Setup::Engine(p, _) = s else { continue };
-            let table = files.config.policy.get(strata_policy::base_name(p)).and_then(|v| v.as_table());
-            let made = strata_policy::create(p, table).map_err(|e| Error::Config(e.to_string()))?;
-            if let Some(ms) = made.round_ms() {
-                let mut own = files.config.clone();
-                own.scanner.period_ms = ms;
-                let path = dir.join(format!("strata-engine-{tag}-{}.toml", files.own_period.len()));
-                write(&path, &own)?;
-                files.own_period.push((p.clone(), path));
+            let Setup::Engine(spec, tx) = s else { continue };
+            let (policy, settings) = policy_settings(spec)?;
+            let mut own = files.config.clone();
+            let entry = own.policy.entry(strata_policy::base_name(policy)).or_insert_with(|| toml::Table::new().into());
+            let table = entry.as_table_mut().ok_or_else(|| Error::Config(format!("policy.{policy} is not a table")))?;
+            for (k, v) in settings {
+                table.insert(k, v);
             }
+            own.check(policy).map_err(|e| Error::Config(format!("{spec}: {e}")))?;
+            let made = strata_policy::create(
+                policy,
+                own.policy.get(strata_policy::base_name(policy)).and_then(|v| v.as_table()),
+            )
+            .map_err(|e| Error::Config(e.to_string()))?;
+            if let Some(ms) = made.round_ms() {
+                own.scanner.period_ms = ms;
+            }
+            if *tx {
+                own.mover.mechanism = stratad::config::Mechanism::Transactional;
+            }
+            let path = dir.join(format!("strata-engine-{tag}-{}.toml", files.files.len()));
+            let text = toml::to_string(&own).map_err(|e| failed(e.to_string()))?;
+            std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+            files.files.push((s.name(), path));
         }
         Ok(files)
     }
 
-    fn path(&self, policy: &str, transactional: bool) -> &Path {
-        if let Some((_, p)) = self.own_period.iter().find(|(name, _)| name == policy) {
-            return p;
-        }
-        if transactional {
-            &self.transactional
-        } else {
-            &self.plain
-        }
+    /// The file of the engine setup named `setup`.
+    fn path(&self, setup: &str) -> Result<&Path, Error> {
+        self.files
+            .iter()
+            .find(|(name, _)| name == setup)
+            .map(|(_, p)| p.as_path())
+            .ok_or_else(|| failed(format!("no engine configuration written for {setup}")))
     }
 }
 
 impl Drop for EngineFiles {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.plain);
-        let _ = std::fs::remove_file(&self.transactional);
-        for (_, p) in &self.own_period {
+        for (_, p) in &self.files {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -367,6 +409,46 @@ pub struct Report {
     /// `strata bench suite`'s set ("quick" or "full"), when it ran this
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suite: Option<String>,
+    /// with --sweep: each swept policy against its best point, per workload and ratio
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sweep: Vec<SweepRow>,
+}
+
+/// A swept policy on one workload and fast tier: its own figure (the configuration's values)
+/// against the best of its points.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SweepRow {
+    pub workload: String,
+    pub fast_ratio: Option<f64>,
+    pub policy: String,
+    /// the setup with the highest figure: the policy itself or one of its POLICY@KEY=V
+    pub best: String,
+    /// the policy's figure over the best one's (1: no point beats it)
+    pub of_best: f64,
+}
+
+/// Each swept policy (one with POLICY@KEY=V setups among `rows`) against its best point.
+pub fn sweep_rows(rows: &[Row]) -> Vec<SweepRow> {
+    let mut out = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| !r.policy.contains('@') && rows.iter().any(|v| v.policy.starts_with(&format!("{}@", r.policy))))
+    {
+        let points = rows.iter().filter(|v| {
+            v.workload == r.workload
+                && v.fast_ratio == r.fast_ratio
+                && (v.policy == r.policy || v.policy.starts_with(&format!("{}@", r.policy)))
+        });
+        let best = points.fold(r, |b, v| if v.figure > b.figure { v } else { b });
+        out.push(SweepRow {
+            workload: r.workload.clone(),
+            fast_ratio: r.fast_ratio,
+            policy: r.policy.clone(),
+            best: best.policy.clone(),
+            of_best: r.figure / best.figure,
+        });
+    }
+    out
 }
 
 fn default_time_scale() -> f64 {
@@ -383,10 +465,10 @@ pub(crate) fn setups(policies: &[String]) -> Result<Vec<Setup>, Error> {
             "nomad" => Setup::Kernel(Kernel::Nomad),
             "linux" => Setup::Kernel(Kernel::Linux),
             spec if strata_policy::POLICIES
-                .contains(&strata_policy::base_name(spec.trim_end_matches(TRANSACTIONAL))) =>
+                .contains(&strata_policy::base_name(policy_settings(spec.trim_end_matches(TRANSACTIONAL))?.0)) =>
             {
                 let name = spec.trim_end_matches(TRANSACTIONAL);
-                strata_policy::create(name, None).map_err(|e| Error::Invalid(e.to_string()))?;
+                strata_policy::create(policy_settings(name)?.0, None).map_err(|e| Error::Invalid(e.to_string()))?;
                 Setup::Engine(name.into(), spec.ends_with(TRANSACTIONAL))
             }
             name => {
@@ -598,7 +680,8 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
             strata_emu::pkg::require(p)?;
         }
     }
-    let setups = setups(&a.policies)?;
+    let mut setups = setups(&a.policies)?;
+    setups.extend(sweep_setups(&a.sweep, &setups)?);
     let ratios: Vec<f64> =
         if a.machine.fast_ratio.is_empty() { DEFAULT_FAST_RATIOS.to_vec() } else { a.machine.fast_ratio.clone() };
     ensure(ratios.iter().all(|r| *r < 1.0), || "--fast-ratio: below 1 (all-fast is one of the bounds)".into())?;
@@ -616,6 +699,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         }
         Ok(rows)
     })();
+    let rows = result?;
     Ok(Report {
         preset: a.preset.clone(),
         machine,
@@ -624,7 +708,8 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
         period_ms,
         allocator: a.allocator.clone(),
         engine_config: mx.engine.config.clone(),
-        rows: result?,
+        sweep: sweep_rows(&rows),
+        rows,
         suite: None,
     })
 }
@@ -741,6 +826,20 @@ impl Report {
             );
         }
         s += "\nx first, x tpp: throughput over first-touch and over tpp with the same fast tier; of fast: over all-fast\n";
+        if !self.sweep.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nsweep: each swept policy against its best point\n{:<12} {:>6} {:<12} {:>8}  best",
+                "workload", "fast", "policy", "of best"
+            );
+            for w in &self.sweep {
+                let fast = w.fast_ratio.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
+                let _ = writeln!(s, "{:<12} {:>6} {:<12} {:>8.3}  {}", w.workload, fast, w.policy, w.of_best, w.best);
+            }
+            let worst = self.sweep.iter().map(|w| w.of_best).fold(f64::INFINITY, f64::min);
+            let within = self.sweep.iter().filter(|w| w.of_best >= 0.97).count();
+            let _ = writeln!(s, "within 3 % of the best point: {within} of {}; the worst {worst:.3}", self.sweep.len());
+        }
         s
     }
 
@@ -790,10 +889,14 @@ impl Report {
     }
 
     /// The benchmark's name in results files: tiering-PRESET, with -real when every workload
-    /// is a real program (so that those runs keep a file of their own).
+    /// is a real program, -field when every one is the field's, -sweep for a --sweep (so that
+    /// those runs keep a file of their own).
     pub fn benchmark(&self) -> String {
         if let Some(set) = &self.suite {
             return format!("suite-{}-{set}", self.preset);
+        }
+        if !self.sweep.is_empty() {
+            return format!("tiering-{}-sweep", self.preset);
         }
         let all = |f: &dyn Fn(&Row) -> bool| !self.rows.is_empty() && self.rows.iter().all(f);
         let kind = if all(&|r| r.program.is_some()) {
@@ -809,6 +912,9 @@ impl Report {
     /// The report (BENCHMARK.json) and its plots into dir.
     pub fn save(&self, dir: &Path) -> Result<PathBuf, Error> {
         let path = crate::results::save(dir, &self.benchmark(), self)?;
+        if !self.sweep.is_empty() {
+            return Ok(path); // a bar a point would not read: the sweep's table says it
+        }
         for (name, svg) in self.plots()? {
             let p = dir.join(name);
             std::fs::write(&p, svg).map_err(io(format!("writing {}", p.display())))?;
@@ -857,19 +963,71 @@ mod tests {
         assert_eq!((o.graph_ratio, o.size_mb), (Some(0.0625), 32));
         assert_eq!(SuiteOptions { quick: false, ..quick }.options().size_mb, 128);
     }
+    /// A row of workload `w` under `policy` at `ratio`, whose figure and share of all-fast are
+    /// `of_fast`.
+    fn row(policy: &str, ratio: f64, of_fast: f64) -> Row {
+        serde_json::from_value(serde_json::json!({
+            "workload": "w", "policy": policy, "fast_ratio": ratio, "preset": "p", "figure": of_fast,
+            "unit": "ops/s", "speedup_over_first_touch": null, "speedup_over_tpp": null,
+            "fraction_of_all_fast": of_fast, "promoted_bytes": 0, "demoted_bytes": 0, "migrated_bytes": 0,
+            "policy_cpu_ms": 0.0, "hint_faults": 0, "footprint_bytes": 0, "fast_bytes": 0, "sim_ms": 0.0,
+            "wall_s": 0.0, "llc_misses": 0, "fast_accesses": 0, "far_accesses": 0, "scanned_pages": 0,
+            "refused_pages": 0, "engine": null
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_setup_may_give_its_policy_settings_of_its_own() {
+        let (p, set) = policy_settings("strata@hysteresis=0@min_streak=5").unwrap();
+        assert_eq!(p, "strata");
+        assert_eq!(
+            set,
+            vec![("hysteresis".into(), toml::Value::Integer(0)), ("min_streak".into(), toml::Value::Integer(5))]
+        );
+        assert_eq!(policy_settings("mat:apb").unwrap(), ("mat:apb", vec![]));
+        for bad in ["strata@hysteresis", "strata@=1", "strata@x=not toml"] {
+            assert!(policy_settings(bad).is_err(), "{bad}");
+        }
+        // each setup's file holds its settings, checked: an unknown key or a value out of range
+        // is refused before anything runs
+        let s = setups(&["strata".into(), "strata@hysteresis=2".into()]).unwrap();
+        let files = EngineFiles::write(stratad::Config::default(), &s).unwrap();
+        let read = |name: &str| std::fs::read_to_string(files.path(name).unwrap()).unwrap();
+        assert!(read("strata@hysteresis=2").contains("hysteresis = 2"), "{}", read("strata@hysteresis=2"));
+        assert!(!read("strata").contains("hysteresis"), "the plain setup keeps the defaults");
+        for bad in ["strata@nokey=1", "strata@record_max_fraction=2"] {
+            let s = setups(&[bad.into()]).unwrap();
+            let e = EngineFiles::write(stratad::Config::default(), &s).err().expect(bad).to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_sweep_adds_a_setup_a_value_and_finds_the_best_point() {
+        let base = setups(&["first-touch".into(), "strata".into()]).unwrap();
+        let swept = sweep_setups(&["strata.hysteresis=0,1".into(), "strata.min_streak=1,1".into()], &base).unwrap();
+        let names: Vec<String> = swept.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["strata@hysteresis=0", "strata@hysteresis=1", "strata@min_streak=1"]);
+        for bad in ["strata", "strata.x", "ambix.x=1", "first-touch.x=1"] {
+            assert!(sweep_setups(&[bad.into()], &base).is_err(), "{bad}");
+        }
+        let rows = vec![
+            row("strata", 0.5, 0.90),
+            row("strata@hysteresis=0", 0.5, 0.95),
+            row("strata@hysteresis=1", 0.5, 0.80),
+            row("strata", 0.25, 0.70),
+            row("strata@hysteresis=0", 0.25, 0.60),
+            row("first-touch", 0.25, 0.99),
+        ];
+        let sweep = sweep_rows(&rows);
+        assert_eq!(sweep.len(), 2, "one row per workload and ratio of the swept policy: {sweep:?}");
+        assert_eq!((sweep[0].best.as_str(), sweep[0].of_best), ("strata@hysteresis=0", 0.90 / 0.95));
+        assert_eq!((sweep[1].best.as_str(), sweep[1].of_best), ("strata", 1.0), "another policy is not a point");
+    }
+
     #[test]
     fn the_slow_share_is_the_largest_measured_one_within_the_slowdown() {
-        let row = |policy: &str, ratio: f64, of_fast: f64| -> Row {
-            serde_json::from_value(serde_json::json!({
-                "workload": "w", "policy": policy, "fast_ratio": ratio, "preset": "p", "figure": of_fast,
-                "unit": "ops/s", "speedup_over_first_touch": null, "speedup_over_tpp": null,
-                "fraction_of_all_fast": of_fast, "promoted_bytes": 0, "demoted_bytes": 0, "migrated_bytes": 0,
-                "policy_cpu_ms": 0.0, "hint_faults": 0, "footprint_bytes": 0, "fast_bytes": 0, "sim_ms": 0.0,
-                "wall_s": 0.0, "llc_misses": 0, "fast_accesses": 0, "far_accesses": 0, "scanned_pages": 0,
-                "refused_pages": 0, "engine": null
-            }))
-            .unwrap()
-        };
         let rows = vec![row("a", 0.5, 0.99), row("a", 0.25, 0.97), row("a", 0.125, 0.90), row("b", 0.5, 0.94)];
         assert_eq!(slow_share(&rows, "w", "a", 0.98), Some(0.5));
         assert_eq!(slow_share(&rows, "w", "a", 0.95), Some(0.75));
