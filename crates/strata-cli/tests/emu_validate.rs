@@ -23,7 +23,8 @@ fn validate_quick_is_close_to_cachegrind_and_to_native() {
     let err = v["max_miss_rel_err"].as_f64().unwrap();
     assert!(err < 0.05, "miss counts {err} away from cachegrind");
     let (n, e) = (v["layout_speedup_native"].as_f64().unwrap(), v["layout_speedup_emulated"].as_f64().unwrap());
-    // (natively 2.0-2.2x on an AMD EPYC host, whose prefetcher follows the malloc lists' stride)
+    // (natively 2.2-2.4x on an AMD EPYC host, whose prefetcher follows the malloc lists' stride;
+    // emulated 2.9-3.1x)
     assert!(n > 1.3 && e > 1.3, "next_to lists must be faster both ways: native {n}, emulated {e}");
     assert!(v["accesses_per_sec"].as_f64().unwrap() > 0.0);
     assert_eq!(v["workloads"].as_array().unwrap().len(), 3);
