@@ -20,8 +20,8 @@
 //!    a move of a whole record is one decision instead of hundreds.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
-//!    and moved with Ambix's rules (a ranking cut, ten scans between moves) in what the records'
-//!    fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
+//!    and moved with Ambix's rules (a ranking cut, `min_scans` (10) scans between moves) in what
+//!    the records' fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
 use serde::Deserialize;
 
@@ -39,11 +39,19 @@ pub struct Config {
     /// a record below the fast tier is promoted only once it has been sampled this many rounds
     /// in a row
     pub min_streak: u32,
+    /// the pages' part: scans of a page before it may move (Ambix's `min_scans`, 10)
+    pub min_scans: u32,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { record_max_fraction: 1.0 / 16.0, hysteresis: 0.5, headroom: 0.05, min_streak: 3 }
+        Config {
+            record_max_fraction: 1.0 / 16.0,
+            hysteresis: 0.5,
+            headroom: 0.05,
+            min_streak: 3,
+            min_scans: ambix::Config::default().min_scans,
+        }
     }
 }
 
@@ -79,11 +87,12 @@ impl Strata {
             split_mb: f64::MAX,
             ..mat::Config::default()
         };
+        let pages = ambix::Config { min_scans: cfg.min_scans, ..ambix::Config::default() };
         Strata {
             cfg,
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
             objects: mat::Mat::new(m, "strata"),
-            pages: ambix::Ambix::new(ambix::Config::default()),
+            pages: ambix::Ambix::new(pages),
         }
     }
 }
@@ -239,6 +248,21 @@ mod tests {
         let fast_context =
             all.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Fast, .. }));
         assert!(fast_context, "the sampled context starts fast: {all:?}");
+    }
+
+    /// The round in which the page outside any object (at 64 MiB) is first promoted.
+    fn first_page_promotion(cfg: Config) -> Option<u64> {
+        let mut p = Strata::new(cfg);
+        (1..=20).find(|&round| {
+            p.decide(&obs(round)).iter().any(|a| matches!(a, Action::Move { addr, to: 0, .. } if *addr == 64 * MB))
+        })
+    }
+
+    #[test]
+    fn the_pages_part_waits_min_scans_before_a_move() {
+        let ten = first_page_promotion(Config::default()).expect("promoted within 20 rounds");
+        let three = first_page_promotion(Config { min_scans: 3, ..Config::default() }).expect("promoted");
+        assert_eq!(ten - three, 7, "ten scans against three: rounds {ten} and {three}");
     }
 
     /// A small machine that carries the moves out: demotions first (as the engine's mover),
