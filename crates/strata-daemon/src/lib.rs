@@ -27,3 +27,6 @@ pub mod probe;
 mod scratch;
 pub mod status;
 pub mod tracker;
+
+/// The base page size the daemon scans and moves by (x86-64).
+pub(crate) const PAGE: u64 = 4096;

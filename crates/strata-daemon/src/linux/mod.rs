@@ -30,7 +30,7 @@ use pages::Pages;
 pub use processes::Managed;
 use processes::Processes;
 
-const PAGE: u64 = 4096;
+use crate::PAGE;
 
 pub struct Linux {
     start: Instant,

@@ -13,7 +13,7 @@ use stratad::MoveStatus;
 
 use crate::pagemap::{self, Frames};
 
-const PAGE: u64 = 4096;
+use crate::PAGE;
 /// a page's node is read again (from its frame) at least every this many passes; in between
 /// the machine keeps what it last read or moved it to. A pass reads again one stripe of 2 MiB
 /// blocks of the address space (whole blocks: one read of pagemap each)

@@ -13,7 +13,7 @@ use crate::scratch::{Page, Uffd};
 /// What it sees, as `strata daemon --probe` says.
 pub const SEES: &str = "pages written since the last scan (writes only)";
 
-const PAGE: u64 = 4096;
+use crate::PAGE;
 /// the end of a user address space (x86-64, 4-level page tables: TASK_SIZE_MAX)
 pub(crate) const USER_TOP: u64 = (1 << 47) - PAGE;
 

@@ -13,7 +13,7 @@ use crate::scratch::Page;
 /// What it sees, as `strata daemon --probe` says.
 pub const SEES: &str = "pages written since the bits were cleared (writes only)";
 
-const PAGE: u64 = 4096;
+use crate::PAGE;
 
 pub struct SoftDirty {
     /// the kernel has soft-dirty bits
