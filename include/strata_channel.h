@@ -13,8 +13,8 @@
  *   strata_context_t   contexts[context_capacity] (offset contexts_offset)
  *   strata_object_t    objects[object_capacity]   (offset objects_offset)
  *
- * The process writes contexts and objects; a daemon reads them and may write `directive` of
- * a context (where its next allocations go) and the header's `default_directive` (where
+ * The process writes contexts and objects (its tracked objects, and its arenas' pages); a
+ * daemon reads them and may write `directive` of a context (where its next allocations go) and the header's `default_directive` (where
  * allocations go whose context has the default directive, or that have no context). All counters are 64-bit and updated with
  * relaxed atomics: a reader sees each field whole, not a consistent snapshot of all of them.
  * A Rust mirror lives in crates/strata-sys (checked against this file by a test).
@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #define STRATA_CHANNEL_MAGIC 0x4c4e484341525453ull /* "STRACHNL" */
-#define STRATA_CHANNEL_VERSION 5 /* 5: contexts[] filled in order; 4: a sealed memfd */
+#define STRATA_CHANNEL_VERSION 6 /* 6: arenas' records; 5: contexts[] filled in order; 4: a sealed memfd */
 #define STRATA_CHANNEL_NAME "strata.channel" /* the memfd's name, as /proc/<pid>/fd shows it */
 #define STRATA_DAEMON_SOCKET_DEFAULT "/run/strata/stratad.sock"
 #define STRATA_CONTEXT_FRAMES 16   /* return addresses kept per context (bkmalloc: 16) */
@@ -102,12 +102,19 @@ typedef struct strata_context_s {
   uint64_t frames[STRATA_CONTEXT_FRAMES]; /* return addresses, innermost first */
 } strata_context_t;
 
-/* One tracked object (>= the tracking threshold, page aligned), or a 64 MiB record of one. */
+/* One tracked object (>= the tracking threshold, page aligned), or a 64 MiB record of one; or
+ * pages of a user arena (strata_arena_new): its mixed pages, runs and large mappings, each
+ * recorded with the arena's number and its binding, the program's hint. A daemon may move an
+ * arena's records together, as one unit, and weigh its hint against what it measures. */
 typedef struct strata_object_s {
   uint64_t addr;              /* 0 = free slot */
   uint64_t len;
-  uint32_t context;           /* index into contexts[] */
+  uint32_t context;           /* index into contexts[]; 0 for an arena's pages */
   uint32_t next;              /* next record of the same object, 0 = last */
+  uint32_t arena;             /* the user arena holding these pages (a number of the process's,
+                               * not reused while it lives), 0 = none */
+  int32_t hint;               /* an arena's binding as a STRATA_DIRECTIVE_* value: DEFAULT
+                               * (unbound), FAST (hot), SLOW (cold) or TIER0 + n */
 } strata_object_t;
 
 /* ---- the agent: transactional migration, asked for by a daemon ----------------------------

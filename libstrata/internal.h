@@ -87,7 +87,7 @@ typedef struct page_s {
   union {
     struct { block_t *free; uint32_t used, bump, capacity, npages; _Atomic(uint16_t *) tags; } span;
     /* bits per granule; colour: the granule searches start from (mixed.c first_granule) */
-    struct { uint64_t alloc[4], start[4]; uint16_t used, colour; } mixed;
+    struct { uint64_t alloc[4], start[4]; uint16_t used, colour; uint32_t record; } mixed;
     struct { uint32_t npages, ctx, record; } run;
   } u;
 } page_t;
@@ -132,6 +132,8 @@ struct strata_arena_s {
   page_t *runs;
   large_t *larges;
   central_t *central;       /* shared arenas only: [NCLASSES] */
+  uint32_t unit;            /* user arenas: its number in the channel's records, 0 = none */
+  int32_t hint;             /* user arenas: its binding as a STRATA_DIRECTIVE_* value */
 };
 
 /* ---- options.c ------------------------------------------------------------------------ */
@@ -338,6 +340,9 @@ void _strata_channel_forget(void);               /* fork child: the parent's is 
 uint32_t _strata_channel_context(uint64_t id, bool *created);
 strata_context_t *_strata_context(uint32_t idx);
 uint32_t _strata_track(void *p, size_t len, uint32_t idx); /* first record, 0 if none */
+/* Record pages of user arena `arena` (0: none, nothing recorded) bound as `hint` (a
+ * STRATA_DIRECTIVE_*); the first record, 0 if none. */
+uint32_t _strata_track_arena(void *p, size_t len, uint32_t arena, int32_t hint);
 int32_t _strata_process_directive(void);
 /* The process's directive at start (STRATA_DIRECTIVE; a bad value keeps the default, with a
  * message), before and when the channel is made. */

@@ -27,7 +27,7 @@ __attribute__((visibility("default"))) size_t strata_abi_layout(size_t *out, siz
       F(strata_context_t, allocs), F(strata_context_t, bytes_allocated),
       F(strata_context_t, nframes), F(strata_context_t, rule), F(strata_context_t, frames),
       sizeof(strata_object_t), F(strata_object_t, len), F(strata_object_t, context),
-      F(strata_object_t, next),
+      F(strata_object_t, next), F(strata_object_t, arena), F(strata_object_t, hint),
       STRATA_CHANNEL_VERSION, STRATA_CONTEXT_FRAMES, STRATA_DIRECTIVE_TIER0,
       STRATA_PRIORITY_HIGH, STRATA_PRIORITY_MAX, STRATA_TRACKING_WP_ASYNC,
       sizeof(STRATA_DAEMON_SOCKET_DEFAULT) - 1,

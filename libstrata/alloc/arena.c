@@ -67,6 +67,7 @@ static void *run_alloc(arena_t *a, size_t size, size_t align, const void *near) 
   page_t *pg = _strata_pages_alloc(a->pool, npages, align_pages, hint, PK_RUN);
   if (pg) {
     pg->arena = a;
+    if (a->unit) pg->u.run.record = _strata_track_arena(_strata_page_addr(pg), npages * PAGE_SIZE, a->unit, a->hint);
     pg->next = a->runs;
     if (a->runs) a->runs->prev = pg;
     a->runs = pg;
@@ -89,6 +90,7 @@ void _strata_run_free(page_t *pg, void *p) {
     STAT_ADD(free_invalid, 1);
   } else {
     run_unlink(a, pg);
+    if (a->unit) _strata_untrack(pg->u.run.record, p);
     _strata_pages_free(pg, pg->u.run.npages, false);
     STAT_ADD(runs, -1);
   }
@@ -101,12 +103,14 @@ static void *large_alloc(arena_t *a, size_t size, size_t align) {
   large_t *l = _strata_large_map(a->pool, size, align);
   if (!l) return NULL;
   l->arena = a;
+  void *p = (char *)l + l->data_off;
+  if (a->unit) l->record = _strata_track_arena(p, l->map_size - l->data_off, a->unit, a->hint);
   pthread_mutex_lock(&a->lock);
   l->next = a->larges;
   if (a->larges) a->larges->prev = l;
   a->larges = l;
   pthread_mutex_unlock(&a->lock);
-  return (char *)l + l->data_off;
+  return p;
 }
 
 static void large_unlink(arena_t *a, large_t *l) {
@@ -124,6 +128,7 @@ void _strata_large_free(large_t *l, void *p) {
   pthread_mutex_lock(&a->lock);
   large_unlink(a, l);
   pthread_mutex_unlock(&a->lock);
+  if (a->unit) _strata_untrack(l->record, p);
   _strata_large_unmap(l);
 }
 
@@ -140,6 +145,10 @@ void *_strata_grow(void *p, size_t size) {
     large_unlink(a, l); /* the links live in the header, which may move */
     large_t *n = _strata_large_grow(l, size);
     if (!n) n = l;
+    if (a->unit) { /* the pages' record follows them (and their address, when mremap moved them) */
+      _strata_untrack(n->record, p);
+      n->record = _strata_track_arena((char *)n + n->data_off, n->map_size - n->data_off, a->unit, a->hint);
+    }
     n->next = a->larges;
     n->prev = NULL;
     if (a->larges) a->larges->prev = n;
@@ -149,7 +158,15 @@ void *_strata_grow(void *p, size_t size) {
   }
   page_t *pg = _strata_page_of(p);
   if (pg->kind != PK_RUN || p != _strata_page_addr(pg) || size >= LARGE_MIN) return NULL;
-  return _strata_run_extend(pg, (size + PAGE_SIZE - 1) / PAGE_SIZE) ? p : NULL;
+  if (!_strata_run_extend(pg, (size + PAGE_SIZE - 1) / PAGE_SIZE)) return NULL;
+  arena_t *a = pg->arena;
+  if (a->unit) {
+    pthread_mutex_lock(&a->lock);
+    _strata_untrack(pg->u.run.record, p);
+    pg->u.run.record = _strata_track_arena(p, pg->u.run.npages * PAGE_SIZE, a->unit, a->hint);
+    pthread_mutex_unlock(&a->lock);
+  }
+  return p;
 }
 
 /* Whole pages, page aligned, whatever the size (tracked objects of transparent mode). */
@@ -206,6 +223,17 @@ int _strata_place_tier(strata_place_t place) {
   }
 }
 
+/* A new arena's number in the channel's records, 0 when the process can have no channel:
+ * numbers are not reused while the process lives (a reader tells a new arena from an old one
+ * by it), unless four billion arenas come and go. The channel is made here, with no lock held,
+ * not at the first record, which is taken under the arena's lock. */
+static uint32_t arena_unit(void) {
+  static _Atomic uint32_t last;
+  if (!_strata_channel()) return 0;
+  uint32_t u = atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
+  return u ? u : atomic_fetch_add_explicit(&last, 1, memory_order_relaxed) + 1;
+}
+
 strata_arena_t *strata_arena_new(strata_place_t place) {
   int tier;
   if (place.kind == STRATA_PLACE_ARENA || place.kind > STRATA_PLACE_ARENA) {
@@ -227,6 +255,11 @@ strata_arena_t *strata_arena_new(strata_place_t place) {
   a->shared = -1;
   a->tier = tier;
   a->pool = tier + 1;
+  a->hint = tier < 0 ? STRATA_DIRECTIVE_DEFAULT
+            : tier == 0 ? STRATA_DIRECTIVE_FAST
+            : tier == _strata_ntiers() - 1 ? STRATA_DIRECTIVE_SLOW
+            : STRATA_DIRECTIVE_TIER0 + tier;
+  a->unit = arena_unit();
   pthread_mutex_init(&a->lock, NULL);
   STAT_ADD(arenas, 1);
   return a;
@@ -238,11 +271,13 @@ int strata_arena_destroy(strata_arena_t *a) {
   _strata_mixed_release_all(a);
   for (page_t *pg = a->runs, *next; pg; pg = next) {
     next = pg->next;
+    _strata_untrack(pg->u.run.record, _strata_page_addr(pg));
     _strata_pages_free(pg, pg->u.run.npages, true);
     STAT_ADD(runs, -1);
   }
   for (large_t *l = a->larges, *next; l; l = next) {
     next = l->next;
+    _strata_untrack(l->record, (char *)l + l->data_off);
     _strata_large_unmap(l);
   }
   a->runs = NULL;

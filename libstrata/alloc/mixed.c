@@ -113,6 +113,7 @@ void *_strata_mixed_alloc(arena_t *a, size_t size, size_t align, const void *nea
   page_t *pg = _strata_pages_alloc(a->pool, 1, 1, after, PK_MIXED);
   if (!pg) return NULL;
   pg->arena = a;
+  pg->u.mixed.record = _strata_track_arena(_strata_page_addr(pg), PAGE_SIZE, a->unit, a->hint);
   list_push(a, pg);
   a->cur = pg;
   STAT_ADD(mixed_pages, 1);
@@ -152,6 +153,7 @@ void _strata_mixed_free(page_t *pg, void *p) {
   _strata_check_mixed(pg);
   if (pg->u.mixed.used == 0 && pg != pg->arena->cur) {
     list_remove(pg->arena, pg);
+    _strata_untrack(pg->u.mixed.record, _strata_page_addr(pg));
     _strata_pages_free(pg, 1, false);
     STAT_ADD(mixed_pages, -1);
   }
@@ -160,6 +162,7 @@ void _strata_mixed_free(page_t *pg, void *p) {
 void _strata_mixed_release_all(arena_t *a) {
   for (page_t *pg = a->mixed, *next; pg; pg = next) {
     next = pg->next;
+    _strata_untrack(pg->u.mixed.record, _strata_page_addr(pg));
     _strata_pages_free(pg, 1, true);
     STAT_ADD(mixed_pages, -1);
   }

@@ -286,9 +286,10 @@ strata_context_t *_strata_context(uint32_t idx) {
 
 /* ---- tracked objects ----------------------------------------------------------------------- */
 
-/* Record [p, p+len) for context idx, in 64 MiB pieces; returns the first record, 0 if none. */
-uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
-  strata_channel_header_t *h = _strata_channel();
+/* Record [p, p+len) in channel h for context idx or user arena `arena` (with its hint), in
+ * 64 MiB pieces; returns the first record, 0 if none. */
+static uint32_t track(strata_channel_header_t *h, void *p, size_t len, uint32_t idx, uint32_t arena,
+                      int32_t hint) {
   if (!h) return 0;
   strata_object_t *o = objects(h);
   uint32_t first = 0, prev = 0;
@@ -304,6 +305,8 @@ uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
     o[r].len = len - off < STRATA_OBJECT_RECORD_MAX ? len - off : STRATA_OBJECT_RECORD_MAX;
     o[r].context = idx;
     o[r].next = 0;
+    o[r].arena = arena;
+    o[r].hint = hint;
     atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, (uint64_t)(uintptr_t)p + off, memory_order_release);
     if (prev) o[prev].next = r;
     else first = r;
@@ -311,6 +314,15 @@ uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
   }
   pthread_mutex_unlock(&channel_lock);
   return first;
+}
+
+uint32_t _strata_track(void *p, size_t len, uint32_t idx) { return track(_strata_channel(), p, len, idx, 0, 0); }
+
+/* The channel is not made here: an arena's allocation holds its lock, and strata_arena_new
+ * made it (a forked child records its inherited arenas' pages once something else has made
+ * its own). */
+uint32_t _strata_track_arena(void *p, size_t len, uint32_t arena, int32_t hint) {
+  return arena ? track(atomic_load_explicit(&channel, memory_order_acquire), p, len, 0, arena, hint) : 0;
 }
 
 void _strata_untrack(uint32_t first, const void *p) {

@@ -1,12 +1,17 @@
 /* test_api.c: the edge cases of the explicit API, each asserting a result. */
 #include "strata.h"
+#include "strata_channel.h"
 #include "check.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed + i * 7);
@@ -325,6 +330,68 @@ static void test_arenas(void) {
   strata_free(t);
 }
 
+/* This process's channel, mapped read-only the way a daemon finds it (/proc/PID/fd). */
+static const strata_channel_header_t *own_channel(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return NULL;
+  const strata_channel_header_t *h = NULL;
+  for (struct dirent *e; !h && (e = readdir(d));) {
+    char path[300], link[128];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    struct stat st;
+    int fd = atoi(e->d_name);
+    if (!strstr(link, "memfd:" STRATA_CHANNEL_NAME) || fstat(fd, &st)) continue;
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) h = m;
+  }
+  closedir(d);
+  return h;
+}
+
+/* The live record holding p, NULL if none. */
+static const strata_object_t *record_of(const strata_channel_header_t *h, const void *p) {
+  const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  for (uint64_t i = 1; i < h->objects_high; i++)
+    if (o[i].addr && o[i].addr <= a && a < o[i].addr + o[i].len) return &o[i];
+  return NULL;
+}
+
+/* An arena's pages are in the channel, each record with the arena's number and binding, and
+ * leave it with the arena. */
+static void test_arena_records(void) {
+  strata_arena_t *a = strata_arena_new(strata_cold()), *b = strata_arena_new(strata_default());
+  void *small = strata_malloc(100, strata_in_arena(a)), *run = strata_malloc(30000, strata_in_arena(a));
+  void *large = strata_malloc((size_t)5 << 20, strata_in_arena(a)), *other = strata_malloc(100, strata_in_arena(b));
+  void *next = strata_malloc(64, strata_next_to(small));
+  const strata_channel_header_t *h = own_channel();
+  CHECK(h && h->version == STRATA_CHANNEL_VERSION && h->object_bytes == sizeof(strata_object_t));
+  if (!h) return;
+  const strata_object_t *rs = record_of(h, small), *rr = record_of(h, run), *rl = record_of(h, large);
+  const strata_object_t *ro = record_of(h, other), *rn = record_of(h, next);
+  CHECK(rs && rr && rl && ro && rn);
+  if (!(rs && rr && rl && ro && rn)) return;
+  int32_t cold = strata_topology()->ntiers > 1 ? STRATA_DIRECTIVE_SLOW : STRATA_DIRECTIVE_FAST;
+  CHECK(rs->arena && rr->arena == rs->arena && rl->arena == rs->arena && rn->arena == rs->arena);
+  CHECK(rs->hint == cold && rr->hint == cold && rl->hint == cold && rs->context == 0);
+  CHECK(ro->arena && ro->arena != rs->arena && ro->hint == STRATA_DIRECTIVE_DEFAULT);
+  CHECK(rs->len == 4096 && rr->len >= 30000 && rl->len >= ((size_t)5 << 20));
+  /* a run grown in place keeps one record, of its new length */
+  void *grown = strata_realloc(run, 60000);
+  const strata_object_t *rg = record_of(h, grown);
+  CHECK(rg && rg->arena == rs->arena && rg->addr == (uint64_t)(uintptr_t)grown && rg->len >= 60000);
+  uint32_t unit = rs->arena;
+  strata_free(other);
+  CHECK(strata_arena_destroy(a) == 0);
+  CHECK(!record_of(h, small) && !record_of(h, grown) && !record_of(h, large));
+  const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
+  for (uint64_t i = 1; i < h->objects_high; i++) CHECK(!o[i].addr || o[i].arena != unit);
+  CHECK(strata_arena_destroy(b) == 0);
+}
+
 static void test_free_foreign_and_invalid(void) {
   int64_t ff = strata_stat("free_foreign"), fi = strata_stat("free_invalid");
   int local;
@@ -382,6 +449,7 @@ int main(void) {
   test_next_to();
   test_colour();
   test_arenas();
+  test_arena_records();
   test_free_foreign_and_invalid();
   test_where();
   test_stats();

@@ -383,3 +383,39 @@ fn nomads_micro_benchmark_goes_the_papers_way() {
     assert!(stable("tpp") < stable("first-touch"), "TPP thrashes on a large working set: {v}");
     assert!(stable("nomad") > stable("tpp"), "Nomad ahead of TPP when thrashing: {v}");
 }
+
+/// `hinted` (32 MiB, a quarter fast) under strata: the arena the program bound cold and that is
+/// hot in the second half moves up whole with the hint as a prior, and stays where the program
+/// put it with `hints = "pin"`. Where its pages are is asked of the emulated machine.
+#[test]
+fn an_arena_bound_cold_that_heats_moves_up_whole_unless_its_hint_is_pinned() {
+    let run = |hints: &str| -> Vec<Vec<f64>> {
+        let text = format!(
+            "[scanner]\nperiod_ms = 5.0\n[sampler]\nperiod_misses = 64\n[policy.strata]\nhints = \"{hints}\"\n"
+        );
+        let cfg = config(&format!("hinted-{hints}"), &text);
+        let o = strata()
+            .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25", "--policy", "strata"])
+            .arg("--policy-config")
+            .arg(&cfg)
+            .arg("--")
+            .arg(emu_strata())
+            .args(["bench", "tiering-workload", "--workload", "hinted", "--size-mb", "32"])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(cfg);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(run["engine"]["objects"].as_u64().unwrap() >= 8 * 1024, "every arena's pages are records: {run}");
+        // (with --json the program's output goes to stderr)
+        let program: Value = serde_json::from_slice(&o.stderr).unwrap();
+        serde_json::from_value(program["placement"].clone()).unwrap()
+    };
+    // arena 0 is bound hot, the others cold; arena 5 is hot in the second half
+    let prior = run("prior");
+    assert_eq!(prior.len(), 2, "{prior:?}");
+    assert!(prior[0][0] > 0.9 && prior[0][5] < 0.1, "the first half: {prior:?}");
+    assert!(prior[1][5] > 0.9, "the cold-bound arena that heated is fast: {prior:?}");
+    let pin = run("pin");
+    assert!(pin[1][0] > 0.9 && pin[1].iter().skip(1).all(|&s| s < 0.1), "pinned, where the program put it: {pin:?}");
+}

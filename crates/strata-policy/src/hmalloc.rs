@@ -353,11 +353,16 @@ mod tests {
     fn hot_contexts_start_fast_and_cold_ones_slow_within_the_fast_share() {
         let mut h = Hmalloc::new(Config { epoch_first: 10, ..Config::default() });
         // contexts 1 (cold, 60 MiB) and 2 (hot, 20 MiB) and 3 (warm, 20 MiB), a 40 MiB fast tier
-        let objects = vec![
-            ObjectObs { pid: 1, addr: 0, len: 60 * MB, context: 1, resident_bytes: 60 * MB, fast_bytes: 40 * MB },
-            ObjectObs { pid: 1, addr: 60 * MB, len: 20 * MB, context: 2, resident_bytes: 20 * MB, fast_bytes: 0 },
-            ObjectObs { pid: 1, addr: 80 * MB, len: 20 * MB, context: 3, resident_bytes: 20 * MB, fast_bytes: 0 },
-        ];
+        let o = |mb: u64, len_mb: u64, context: u32, fast_mb: u64| ObjectObs {
+            pid: 1,
+            addr: mb * MB,
+            len: len_mb * MB,
+            context,
+            resident_bytes: len_mb * MB,
+            fast_bytes: fast_mb * MB,
+            ..Default::default()
+        };
+        let objects = vec![o(0, 60, 1, 40), o(60, 20, 2, 0), o(80, 20, 3, 0)];
         let at = |mb: u64, n: usize| {
             (0..n).map(move |_| Sample { pid: 1, addr: mb * MB, tier: 1, time_ns: 0, store: false })
         };

@@ -69,14 +69,19 @@ pub struct HintFault {
     pub time_ns: u64,
 }
 
-/// A tracked object (or a 64 MiB record of one) from a process's channel.
+/// A tracked object (or a 64 MiB record of one) from a process's channel, or pages of one of
+/// its arenas (a mixed page, a run or a large mapping of a user arena).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ObjectObs {
     pub pid: u32,
     pub addr: u64,
     pub len: u64,
-    /// index of its allocation context in the channel
+    /// index of its allocation context in the channel (0 for an arena's pages)
     pub context: u32,
+    /// the user arena holding these pages, 0 = none: an arena's records are one unit
+    pub arena: u32,
+    /// the arena's binding, the program's hint (Default: unbound, or not an arena)
+    pub hint: Directive,
     /// bytes of it resident in any tier, and in the fastest (tier 0)
     pub resident_bytes: u64,
     pub fast_bytes: u64,
@@ -119,9 +124,10 @@ pub struct ContextObs {
 
 /// Where a context's new objects go (the channel's directive). In JSON: "default", "fast",
 /// "slow", {"tier": N}.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Directive {
+    #[default]
     Default,
     Fast,
     Slow,

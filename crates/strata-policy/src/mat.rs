@@ -94,6 +94,27 @@ pub struct Config {
     /// intervals in a row (0: the paper's rule; `strata` uses it so that a burst, such as an
     /// object's first fill, does not promote what is demoted the next round)
     pub min_streak: u32,
+    /// what the program's arenas are (their pages' records, with the arena's binding as the
+    /// program's hint): see [`Hints`]
+    pub hints: Hints,
+    /// `prior`: an arena bound to the fast tier ranks as if `1 + hint_weight` times hotter than
+    /// measured, one bound below it as if that many times colder
+    pub hint_weight: f64,
+}
+
+/// How the program's arenas are ranked and moved. An arena is one unit: its records (mixed
+/// pages, runs, large mappings) are ranked by their samples per byte together and move
+/// together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hints {
+    /// not seen: MAT's paper, which knows only the allocator's objects
+    Ignore,
+    /// an arena the program bound to a tier stays where the program put it; an unbound one
+    /// moves as a unit
+    Pin,
+    /// every arena moves as a unit, with its binding as the prior (`hint_weight`)
+    Prior,
 }
 
 impl Default for Config {
@@ -111,6 +132,8 @@ impl Default for Config {
             site_fraction: 1.0,
             hysteresis: 0.0,
             min_streak: 0,
+            hints: Hints::Pin,
+            hint_weight: 1.0,
         }
     }
 }
@@ -135,6 +158,9 @@ impl Config {
         if !(self.hysteresis >= 0.0 && self.hysteresis.is_finite()) {
             return Err(format!("hysteresis must be at least 0, not {}", self.hysteresis));
         }
+        if !(self.hint_weight >= 0.0 && self.hint_weight.is_finite()) {
+            return Err(format!("hint_weight must be at least 0, not {}", self.hint_weight));
+        }
         if !(self.llcmpi_threshold > 0.0 && self.llcmpi_threshold.is_finite()) {
             return Err(format!("llcmpi_threshold must be positive, not {}", self.llcmpi_threshold));
         }
@@ -155,6 +181,55 @@ struct ObjState {
     last_ns: Option<u64>,
     /// intervals in a row, up to this one, in which it was sampled
     streak: u32,
+}
+
+/// What is ranked and moved as one: an object (a record of one), or all records of an arena.
+struct Unit {
+    pid: u32,
+    /// its allocation context (0 for an arena)
+    context: u32,
+    /// its first record's address (ties are broken by it)
+    addr: u64,
+    /// the records' states summed: bytes, estimate, the oldest birth, the longest streak
+    st: ObjState,
+    fast_bytes: u64,
+    resident_bytes: u64,
+    /// the hint's weight on its estimate (1: none)
+    prior: f64,
+    /// indices of its records
+    members: Vec<usize>,
+}
+
+impl Unit {
+    fn new(o: &ObjectObs, prior: f64) -> Unit {
+        let st = ObjState { len: 0, context: o.context, born: u64::MAX, tau: 0.0, last_ns: None, streak: 0 };
+        Unit {
+            pid: o.pid,
+            context: o.context,
+            addr: o.addr,
+            st,
+            fast_bytes: 0,
+            resident_bytes: 0,
+            prior,
+            members: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, i: usize, o: &ObjectObs, st: &ObjState) {
+        self.st.len += o.len;
+        self.st.tau += st.tau;
+        self.st.born = self.st.born.min(st.born);
+        self.st.last_ns = self.st.last_ns.max(st.last_ns);
+        self.st.streak = self.st.streak.max(st.streak);
+        self.fast_bytes += o.fast_bytes;
+        self.resident_bytes += o.resident_bytes;
+        self.members.push(i);
+    }
+
+    /// Most of it is in the fast tier.
+    fn in_fast(&self) -> bool {
+        self.fast_bytes * 2 > self.resident_bytes
+    }
 }
 
 /// The intervals of the LLC-miss-rate trigger's mean.
@@ -201,7 +276,12 @@ impl Mat {
 
     /// The objects split in pieces of at most `split_mb`, in (pid, addr) order.
     fn pieces(&self, obs: &Observations) -> Vec<ObjectObs> {
-        split_records(&obs.objects, ((self.cfg.split_mb * 1048576.0) as u64) & !4095, obs)
+        let split = ((self.cfg.split_mb * 1048576.0) as u64) & !4095;
+        if self.cfg.hints == Hints::Ignore && obs.objects.iter().any(|o| o.arena != 0) {
+            let objects: Vec<ObjectObs> = obs.objects.iter().filter(|o| o.arena == 0).copied().collect();
+            return split_records(&objects, split, obs);
+        }
+        split_records(&obs.objects, split, obs)
     }
 
     /// Aggregation: this interval's samples per object into the EWMA; objects gone are dropped,
@@ -261,12 +341,22 @@ impl Mat {
     }
 
     /// The ranking key of an object (smaller first); `fast`: it is in the fast tier now.
-    fn rank_key(&self, st: &ObjState, fast: bool) -> (f64, f64) {
-        let boost = if fast { 1.0 + self.cfg.hysteresis } else { 1.0 };
+    fn rank_key(&self, st: &ObjState, fast: bool, prior: f64) -> (f64, f64) {
+        let boost = if fast { 1.0 + self.cfg.hysteresis } else { 1.0 } * prior;
         match self.cfg.priority {
             Priority::Fifo => (-(st.born as f64), 0.0),
             Priority::Lru => (-(st.last_ns.map_or(-1.0, |t| t as f64)), -st.tau * boost / st.len as f64),
             Priority::Apb => (-st.tau * boost / st.len as f64, -(st.born as f64)),
+        }
+    }
+
+    /// The weight of an arena's binding on its rank (1 for anything else, or without `prior`).
+    fn prior(&self, hint: Directive) -> f64 {
+        let w = 1.0 + self.cfg.hint_weight;
+        match (self.cfg.hints, hint) {
+            (Hints::Prior, Directive::Fast | Directive::Tier(0)) => w,
+            (Hints::Prior, Directive::Slow | Directive::Tier(_)) => 1.0 / w,
+            _ => 1.0,
         }
     }
 
@@ -289,21 +379,29 @@ impl Mat {
         if slow == 0 {
             return Vec::new();
         }
-        // ephemeral buffering: only objects that have lived a whole interval
-        let mut ranked: Vec<(usize, &ObjState)> = objects
-            .iter()
-            .enumerate()
-            .filter_map(|(i, o)| self.objects.get(&(o.pid, o.addr)).map(|st| (i, st)))
-            .filter(|(_, st)| st.born < self.interval)
-            .collect();
+        // the units ranked: each object alone, each arena's records together (as `hints` says)
+        let mut units: Vec<Unit> = Vec::new();
+        let mut of_arena: HashMap<(u32, u32), usize> = HashMap::new();
+        for (i, o) in objects.iter().enumerate() {
+            let Some(st) = self.objects.get(&(o.pid, o.addr)) else { continue };
+            if o.arena != 0 && self.cfg.hints == Hints::Pin && o.hint != Directive::Default {
+                continue; // bound by the program: not ranked, and not moved
+            }
+            let k = if o.arena == 0 { units.len() } else { *of_arena.entry((o.pid, o.arena)).or_insert(units.len()) };
+            if k == units.len() {
+                units.push(Unit::new(o, self.prior(o.hint)));
+            }
+            units[k].add(i, o, st);
+        }
+        // ephemeral buffering: only units that have lived a whole interval
+        let mut ranked: Vec<Unit> = units.into_iter().filter(|u| u.st.born < self.interval).collect();
         ranked.sort_by(|a, b| {
-            let in_fast = |i: usize| objects[i].fast_bytes * 2 > objects[i].resident_bytes;
-            let (ka, kb) = (self.rank_key(a.1, in_fast(a.0)), self.rank_key(b.1, in_fast(b.0)));
-            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(objects[a.0].addr.cmp(&objects[b.0].addr))
+            let (ka, kb) = (self.rank_key(&a.st, a.in_fast(), a.prior), self.rank_key(&b.st, b.in_fast(), b.prior));
+            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(a.addr.cmp(&b.addr))
         });
         // the fast tier less what is resident there outside the ranked objects (with a budget
         // given: less what the objects not ranked yet hold)
-        let ranked_fast: u64 = ranked.iter().map(|(i, _)| objects[*i].fast_bytes).sum();
+        let ranked_fast: u64 = ranked.iter().map(|u| u.fast_bytes).sum();
         let budget = match self.budget_bytes {
             Some(b) => b.saturating_sub(objects.iter().map(|o| o.fast_bytes).sum::<u64>().saturating_sub(ranked_fast)),
             None => {
@@ -317,35 +415,33 @@ impl Mat {
         let mut actions = Vec::new();
         let mut sites: HashMap<(u32, u32), (u32, u32)> = HashMap::new(); // (in fast, in slow)
         let n = ranked.len() as i64;
-        for (rank, (i, st)) in ranked.iter().enumerate() {
-            let o = &objects[*i];
-            // an object below the fast tier joins the fast set only once it has been sampled
+        for (rank, u) in ranked.iter().enumerate() {
+            // a unit below the fast tier joins the fast set only once it has been sampled
             // `min_streak` intervals in a row (a burst, such as its first fill, is not heat)
-            let eligible = st.streak >= self.cfg.min_streak || o.fast_bytes * 2 > o.resident_bytes;
-            open = open && (!eligible || filled + o.len <= budget);
-            let site = sites.entry((o.pid, o.context)).or_default();
-            if open && eligible {
-                filled += o.len;
-                site.0 += 1;
-                if o.resident_bytes > o.fast_bytes {
-                    actions.push(Action::Move {
-                        pid: o.pid,
-                        addr: o.addr,
-                        len: o.len,
-                        to: 0,
-                        priority: n - rank as i64,
-                    });
+            let eligible = u.st.streak >= self.cfg.min_streak || u.in_fast();
+            open = open && (!eligible || filled + u.st.len <= budget);
+            let to_fast = open && eligible;
+            if u.context != 0 {
+                let site = sites.entry((u.pid, u.context)).or_default();
+                if to_fast {
+                    site.0 += 1;
+                } else {
+                    site.1 += 1;
                 }
-            } else {
-                site.1 += 1;
-                if o.fast_bytes > 0 {
-                    actions.push(Action::Move {
-                        pid: o.pid,
-                        addr: o.addr,
-                        len: o.len,
-                        to: slow,
-                        priority: rank as i64,
-                    });
+            }
+            if to_fast {
+                filled += u.st.len;
+            }
+            // the unit's records, each that is not wholly where the unit goes
+            for &i in &u.members {
+                let o = &objects[i];
+                let (go, to, priority) = if to_fast {
+                    (o.resident_bytes > o.fast_bytes, 0, n - rank as i64)
+                } else {
+                    (o.fast_bytes > 0, slow, rank as i64)
+                };
+                if go {
+                    actions.push(Action::Move { pid: o.pid, addr: o.addr, len: o.len, to, priority });
                 }
             }
         }
@@ -467,7 +563,15 @@ mod tests {
     #[test]
     fn a_record_has_its_own_residency_where_the_scan_saw_it() {
         // an object of four 1 MiB records, half fast: records 0 and 2 wholly fast, 1 and 3 slow
-        let o = ObjectObs { pid: 1, addr: 0, len: 4 * MB, context: 1, resident_bytes: 4 * MB, fast_bytes: 2 * MB };
+        let o = ObjectObs {
+            pid: 1,
+            addr: 0,
+            len: 4 * MB,
+            context: 1,
+            resident_bytes: 4 * MB,
+            fast_bytes: 2 * MB,
+            ..Default::default()
+        };
         let pages: Vec<PageObs> = (0..4 * MB / 4096)
             .map(|k| {
                 let tier = if (k * 4096 / MB).is_multiple_of(2) { 0 } else { 1 };
@@ -507,6 +611,7 @@ mod tests {
             context: ctx,
             resident_bytes: len,
             fast_bytes: if tier == 0 { len } else { 0 },
+            ..Default::default()
         }
     }
 
@@ -622,6 +727,56 @@ mod tests {
         let a = m.decide(&obs(live, samples(10, 30, 1), 12 * MB));
         assert_eq!(moves(&a), vec![(0, 1), (10, 0)]);
         assert!(a.iter().all(|a| matches!(a, Action::Move { len, .. } if *len == 10 * MB)));
+    }
+
+    /// Records of arena `arena` (a program's arena bound as `hint`) at these MiB, 1 MiB each.
+    fn arena(mbs: &[u64], arena: u32, hint: Directive, tier: Tier) -> Vec<ObjectObs> {
+        mbs.iter().map(|&mb| ObjectObs { context: 0, arena, hint, ..obj(mb, 1, 0, tier) }).collect()
+    }
+
+    #[test]
+    fn an_arenas_records_move_together_and_its_binding_is_pinned_or_a_prior() {
+        // a cold-bound arena of three records (only one of them sampled) holds the hot data; an
+        // object in the fast tier is cold; 6 MiB of fast tier
+        let run = |hints: Hints| {
+            let mut m = Mat::new(Config { hints, ..Config::default() }, "mat");
+            let mut live = arena(&[0, 10, 20], 7, Directive::Slow, 1);
+            live.push(obj(30, 4, 1, 0));
+            m.decide(&obs(live.clone(), vec![], 6 * MB));
+            let mut hot = samples(10, 40, 1);
+            hot.extend(samples(30, 2, 1));
+            m.decide(&obs(live, hot, 6 * MB))
+        };
+        // prior: the arena's three records go up together (the hint's weight, 2x colder, does
+        // not outweigh 20x the samples per byte), and the object makes the room
+        assert_eq!(moves(&run(Hints::Prior)), vec![(0, 0), (10, 0), (20, 0), (30, 1)]);
+        // pin: the program bound it to the slow tier, and there it stays
+        assert!(run(Hints::Pin).is_empty());
+        // ignore: MAT's paper, which never sees an arena
+        assert!(run(Hints::Ignore).is_empty());
+        // an unbound arena moves as one unit under pin too
+        let mut m = mat(Priority::Apb);
+        let live = arena(&[0, 10], 3, Directive::Default, 1);
+        m.decide(&obs(live.clone(), vec![], 6 * MB));
+        assert_eq!(moves(&m.decide(&obs(live, samples(0, 5, 1), 6 * MB))), vec![(0, 0), (10, 0)]);
+    }
+
+    #[test]
+    fn a_bindings_prior_decides_between_near_equals() {
+        // a hot-bound arena (2 MiB, 8 samples) and an object (2 MiB, 10 samples) for a fast
+        // tier that holds one of them: measured alone the object wins; with the prior the arena
+        let run = |hint_weight: f64| {
+            let mut m = Mat::new(Config { hints: Hints::Prior, hint_weight, ..Config::default() }, "mat");
+            let mut live = arena(&[0, 1], 5, Directive::Fast, 1);
+            live.push(obj(10, 2, 1, 1));
+            m.decide(&obs(live.clone(), vec![], 3 * MB));
+            let mut s = samples(0, 4, 1);
+            s.extend(samples(1, 4, 1));
+            s.extend(samples(10, 10, 1));
+            moves(&m.decide(&obs(live, s, 3 * MB)))
+        };
+        assert_eq!(run(0.0), vec![(10, 0)]);
+        assert_eq!(run(1.0), vec![(0, 0), (1, 0)]);
     }
 
     #[test]

@@ -5,9 +5,7 @@
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
 //!    memory starts in the right place and the layers below have little to correct (M2T's point
-//!    about semantic placement). The program's own hints come first: allocations of the explicit
-//!    API's hot, cold and NextTo arenas are bound by the program and are not in the channel, so
-//!    nothing here moves them.
+//!    about semantic placement).
 //! 2. **Known objects move as records** (MAT, [`crate::mat`], by accesses per byte): tracked
 //!    objects are split into records of at most `record_max_fraction` (1/16) of the fast tier
 //!    (MAT's 64 MiB records, scaled to the fast tier), ranked by their sampled LLC misses per
@@ -17,7 +15,10 @@
 //!    burst, such as an array's first fill, is not heat). Each record's residency is counted
 //!    from the round's scan ([`mat::split_records`]). The records' fast set fills
 //!    the budget first, whatever the pages hold: their samples say more than a page's bits, and
-//!    a move of a whole record is one decision instead of hundreds.
+//!    a move of a whole record is one decision instead of hundreds. The program's arenas are
+//!    units of this part: all records of one arena (its pages, with its binding as the hint)
+//!    are ranked together and move together, with the binding as a prior (`hints`,
+//!    `hint_weight`; [`mat::Hints`]).
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
 //!    and moved with Ambix's rules (a ranking cut, `min_scans` (10) scans between moves) in what
@@ -41,6 +42,12 @@ pub struct Config {
     pub min_streak: u32,
     /// the pages' part: scans of a page before it may move (Ambix's `min_scans`, 10)
     pub min_scans: u32,
+    /// the program's arenas: `prior` (each moves as one unit, its binding weighing its rank),
+    /// `pin` (a bound arena stays where the program put it) or `ignore` (its pages are paged)
+    pub hints: mat::Hints,
+    /// `prior`: a hot-bound arena ranks as if `1 + hint_weight` times hotter, a cold-bound one
+    /// as if that many times colder
+    pub hint_weight: f64,
 }
 
 impl Default for Config {
@@ -51,6 +58,8 @@ impl Default for Config {
             headroom: 0.05,
             min_streak: 3,
             min_scans: ambix::Config::default().min_scans,
+            hints: mat::Hints::Prior,
+            hint_weight: mat::Config::default().hint_weight,
         }
     }
 }
@@ -63,7 +72,7 @@ impl Config {
         if !(0.0..1.0).contains(&self.headroom) {
             return Err(format!("headroom must be in [0, 1), not {}", self.headroom));
         }
-        let m = mat::Config { hysteresis: self.hysteresis, ..mat::Config::default() };
+        let m = mat::Config { hysteresis: self.hysteresis, hint_weight: self.hint_weight, ..mat::Config::default() };
         m.check()
     }
 }
@@ -81,6 +90,8 @@ impl Strata {
             priority: mat::Priority::Apb,
             hysteresis: cfg.hysteresis,
             min_streak: cfg.min_streak,
+            hints: cfg.hints,
+            hint_weight: cfg.hint_weight,
             // the records are split here, each with its own residency: MAT must not split them
             // again (a record above its 64 MiB, with a fast tier above 1 GiB, was cut into
             // pieces that shared the record's residency in proportion)
@@ -114,7 +125,10 @@ impl Policy for Strata {
         // tracked objects, as records: their fast set fills the budget first
         let record =
             ((fast.capacity_bytes as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
-        let records = mat::split_records(&obs.objects, record, obs);
+        let mut records = mat::split_records(&obs.objects, record, obs);
+        if self.cfg.hints == mat::Hints::Ignore {
+            records.retain(|o| o.arena == 0); // the arenas' pages are the pages' part's
+        }
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
         // each part gets what it reads of the round, not a copy of all of it (the pages are
         // most of it: a page a 4 KiB of every managed process)
@@ -173,14 +187,16 @@ mod tests {
     const PAGE: u64 = 4096;
     const MB: u64 = 1 << 20;
 
+    /// An object of process 1, all of it resident in the slow tier.
+    fn slow_object(addr: u64, len: u64, context: u32) -> ObjectObs {
+        ObjectObs { pid: 1, addr, len, context, resident_bytes: len, ..Default::default() }
+    }
+
     /// A fast tier of 32 MiB (records of 2 MiB); a small object (1 MiB at 0, context 1, slow,
     /// sampled most), a large one (40 MiB at 16 MiB, context 2, slow) whose first record is
     /// sampled, and a page outside any object, accessed every round.
     fn obs(round: u64) -> Observations {
-        let objects = vec![
-            ObjectObs { pid: 1, addr: 0, len: MB, context: 1, resident_bytes: MB, fast_bytes: 0 },
-            ObjectObs { pid: 1, addr: 16 * MB, len: 40 * MB, context: 2, resident_bytes: 40 * MB, fast_bytes: 0 },
-        ];
+        let objects = vec![slow_object(0, MB, 1), slow_object(16 * MB, 40 * MB, 2)];
         let mut pages = Vec::new();
         for k in 0..(MB / PAGE) {
             pages.push(PageObs { pid: 1, addr: k * PAGE, tier: 1, node: 1, accessed: true, dirty: false });
@@ -305,7 +321,7 @@ mod tests {
     fn the_records_pages_and_births_share_one_budget() {
         // a fast tier of 32 MiB (records of 2 MiB, budget 30.4 MiB); a 64 MiB object (context
         // 1) sampled evenly, slow; 8 MiB of pages outside it, accessed every round, fast
-        let obj = ObjectObs { pid: 1, addr: 0, len: 64 * MB, context: 1, resident_bytes: 64 * MB, fast_bytes: 0 };
+        let obj = slow_object(0, 64 * MB, 1);
         let outside = 128 * MB;
         let mut m = Machine { fast_cap: 32 * MB, pages: Default::default() };
         for k in 0..(64 * MB / PAGE) {

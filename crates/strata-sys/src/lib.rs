@@ -82,7 +82,7 @@ pub struct strata_topology_t {
 // ---- include/strata_channel.h: the shared-memory channel a daemon reads ------------------
 
 pub const STRATA_CHANNEL_MAGIC: u64 = 0x4c4e_4843_4152_5453;
-pub const STRATA_CHANNEL_VERSION: u32 = 5;
+pub const STRATA_CHANNEL_VERSION: u32 = 6;
 pub const STRATA_CHANNEL_NAME: &str = "strata.channel";
 pub const STRATA_CONTEXT_CAPACITY: u64 = 1 << 16;
 pub const STRATA_OBJECT_CAPACITY: u64 = 1 << 20;
@@ -154,6 +154,8 @@ pub struct strata_object_t {
     pub len: u64,
     pub context: u32,
     pub next: u32,
+    pub arena: u32,
+    pub hint: i32,
 }
 
 #[repr(C)]
@@ -270,6 +272,8 @@ mod tests {
             offset_of!(strata_object_t, len),
             offset_of!(strata_object_t, context),
             offset_of!(strata_object_t, next),
+            offset_of!(strata_object_t, arena),
+            offset_of!(strata_object_t, hint),
             STRATA_CHANNEL_VERSION as usize,
             STRATA_CONTEXT_FRAMES,
             STRATA_DIRECTIVE_TIER0 as usize,
@@ -294,7 +298,7 @@ mod tests {
             STRATA_CONTEXT_CAPACITY as usize,
             STRATA_OBJECT_CAPACITY as usize,
         ];
-        let mut c = [0usize; 64];
+        let mut c = [0usize; 96];
         let n = unsafe { strata_abi_layout(c.as_mut_ptr(), c.len()) };
         assert_eq!(n, rust.len(), "abi_check.c and this test list different fields");
         assert_eq!(&c[..n], &rust[..], "a struct in strata.h and its Rust mirror differ");

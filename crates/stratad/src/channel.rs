@@ -279,6 +279,8 @@ impl Channel {
                     addr: o.addr,
                     len: o.len,
                     context: o.context,
+                    arena: o.arena,
+                    hint: if o.arena == 0 { Directive::Default } else { directive_of(o.hint) },
                     ..ObjectObs::default()
                 });
             }
@@ -383,7 +385,7 @@ mod tests {
         ctx(3, 0xabc, STRATA_DIRECTIVE_SLOW, 4096);
         ctx(5, 0xdef, STRATA_DIRECTIVE_DEFAULT, 8192);
         for (k, addr, ctx) in [(1usize, 0x20000u64, 5u32), (2, 0x10000, 3)] {
-            let o = Object { addr, len: 4096, context: ctx, next: 0 };
+            let o = Object { addr, len: 4096, context: ctx, next: 0, arena: 0, hint: 0 };
             put(&mut bytes, obj_off + k * ob, unsafe {
                 std::slice::from_raw_parts(&o as *const Object as *const u8, ob)
             });

@@ -776,6 +776,7 @@ mod tests {
                 context: 1,
                 resident_bytes: 32 * 4096,
                 fast_bytes: 16 * 4096,
+                ..ObjectObs::default()
             }],
             contexts: vec![ContextObs {
                 pid: 1,

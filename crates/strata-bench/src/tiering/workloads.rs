@@ -10,6 +10,7 @@
 //! | `gups-hot-ro` | the same with reads instead of updates |
 //! | `ycsb-c`, `ycsb-a` | strata-kv's `std` variant (glibc malloc) under YCSB C and A, Zipf 0.99: hot records scattered over the heap |
 //! | `pagerank` | PageRank over a power-law graph: the edges, allocated first, are streamed; the ranks, allocated last, are read at random, a few of them very often |
+//! | `hinted` | the program's own hints, right and then stale: eight arenas of 256-byte records (each placed next to the one before, NextTo's chains), the first bound hot and the rest cold; 90 % of the updates go to the hot-bound arena for the first half of the run and to a cold-bound one for the second. A binding is never wrong to first touch (what only a policy that knows arenas can correct) |
 //! | `multi-site` | eight allocation sites of graded hotness (the last two allocated take 90 % of the lookups), four arrays each, freed and allocated again every generation, the coldest site first: first touch gives the fast tier to the coldest sites every time (what context policies can learn) |
 //!
 //! Sizes scale with `size_mb`, the footprint each aims at. The field's workloads (GAPBS,
@@ -21,7 +22,7 @@ use crate::{failed, Error};
 
 /// The workloads, in the order the benchmark runs them.
 pub const WORKLOADS: &[&str] =
-    &["cold-first", "phase", "gups-hot", "gups-hot-ro", "ycsb-c", "ycsb-a", "pagerank", "multi-site"];
+    &["cold-first", "phase", "gups-hot", "gups-hot-ro", "ycsb-c", "ycsb-a", "pagerank", "multi-site", "hinted"];
 
 /// One run of a workload (printed as JSON by `strata bench tiering-workload`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -281,6 +282,11 @@ const SITES: [fn(usize) -> *mut u64; 8] = [
 /// The share of the pages of `arrays` (each `bytes` long) on the emulated machine's fastest
 /// node (0), or None on a real machine (the emulator's strata_emu_node_of is not there).
 fn fast_share(arrays: &[*mut u64], bytes: usize) -> Option<f64> {
+    fast_share_of(arrays.iter().flat_map(|a| (0..bytes).step_by(4096).map(move |off| *a as usize + off)))
+}
+
+/// The share of these pages (an address in each) on the emulated machine's fastest node.
+fn fast_share_of(pages: impl Iterator<Item = usize>) -> Option<f64> {
     type NodeOf = unsafe extern "C" fn(*const libc::c_void) -> libc::c_int;
     static NODE_OF: std::sync::OnceLock<Option<NodeOf>> = std::sync::OnceLock::new();
     let node_of = (*NODE_OF.get_or_init(|| {
@@ -289,14 +295,91 @@ fn fast_share(arrays: &[*mut u64], bytes: usize) -> Option<f64> {
         (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, NodeOf>(f) })
     }))?;
     let (mut fast, mut all) = (0u64, 0u64);
-    for a in arrays {
-        for off in (0..bytes).step_by(4096) {
-            let node = unsafe { node_of((*a as *const u8).add(off) as *const libc::c_void) };
-            all += u64::from(node >= 0);
-            fast += u64::from(node == 0);
-        }
+    for page in pages {
+        let node = unsafe { node_of(page as *const libc::c_void) };
+        all += u64::from(node >= 0);
+        fast += u64::from(node == 0);
     }
     Some(if all == 0 { 0.0 } else { fast as f64 / all as f64 })
+}
+
+const HINTED_ARENAS: usize = 8;
+const HINTED_RECORD: usize = 256;
+/// The arena the program binds hot, and the cold-bound one that is hot in the second half.
+const HINTED_HOT: [usize; 2] = [0, 5];
+
+/// `hinted`: eight arenas of 256-byte records, each record placed next to the one before; the
+/// first arena bound hot, the others cold. Each update picks a random record, 90 % of them in
+/// the phase's hot arena (the hot-bound one, then a cold-bound one), and adds to its first
+/// word. `placement`: each arena's share of its pages on the fast node at each half's end.
+fn hinted(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
+    use strata_sys as sys;
+    let per_arena = (((size_mb << 20) as usize) / HINTED_ARENAS / HINTED_RECORD).max(1);
+    let mut arenas = Vec::new();
+    let mut records: Vec<Vec<*mut u64>> = Vec::new();
+    for k in 0..HINTED_ARENAS {
+        let bind = if k == HINTED_HOT[0] { sys::STRATA_PLACE_HOT } else { sys::STRATA_PLACE_COLD };
+        let a = unsafe { sys::strata_arena_new(sys::strata_place_t::new(bind)) };
+        if a.is_null() {
+            return Err(failed("hinted: no arena"));
+        }
+        arenas.push(a);
+        let mut v: Vec<*mut u64> = Vec::with_capacity(per_arena);
+        for i in 0..per_arena {
+            let place = match v.last() {
+                Some(&prev) => {
+                    let mut p = sys::strata_place_t::new(sys::STRATA_PLACE_NEXT_TO);
+                    p.u.ptr = prev as *const libc::c_void;
+                    p
+                }
+                None => {
+                    let mut p = sys::strata_place_t::new(sys::STRATA_PLACE_ARENA);
+                    p.u.arena = a;
+                    p
+                }
+            };
+            let r = unsafe { sys::strata_malloc(HINTED_RECORD, place) } as *mut u64;
+            if r.is_null() {
+                return Err(failed("hinted: an allocation failed"));
+            }
+            unsafe { r.write((k * per_arena + i) as u64) };
+            v.push(r);
+        }
+        records.push(v);
+    }
+    let placement_now = |records: &[Vec<*mut u64>]| -> Option<Vec<f64>> {
+        records
+            .iter()
+            .map(|v| {
+                let mut pages: Vec<usize> = v.iter().map(|&r| r as usize & !4095).collect();
+                pages.dedup();
+                fast_share_of(pages.into_iter())
+            })
+            .collect()
+    };
+    let mut rng = Rng(11);
+    let mut placement = Vec::new();
+    let allocated = (HINTED_ARENAS * per_arena * HINTED_RECORD) as u64;
+    let out = timed("hinted", ops, allocated, || {
+        let mut sum = 0u64;
+        for (half, &hot) in HINTED_HOT.iter().enumerate() {
+            for _ in 0..ops / 2 {
+                let k = if rng.below(10) < 9 { hot } else { rng.below(HINTED_ARENAS as u64) as usize };
+                let r = records[k][rng.below(per_arena as u64) as usize];
+                unsafe {
+                    *r = (*r).wrapping_add(half as u64 + 1);
+                    sum = sum.wrapping_add(*r);
+                }
+            }
+            placement.push(placement_now(&records));
+        }
+        sum
+    });
+    for a in arenas {
+        unsafe { sys::strata_arena_destroy(a) };
+    }
+    let placement = placement.into_iter().collect::<Option<Vec<_>>>().unwrap_or_default();
+    Ok(Outcome { placement, ..out })
 }
 
 /// Generations of: every array freed, all allocated again (coldest site first), then lookups
@@ -364,7 +447,7 @@ pub fn default_ops(workload: &str, size_mb: u64) -> u64 {
         return super::field::default_ops(workload, size_mb);
     }
     let per_mb = match workload {
-        "cold-first" | "gups-hot" | "gups-hot-ro" => 60_000,
+        "cold-first" | "gups-hot" | "gups-hot-ro" | "hinted" => 60_000,
         "multi-site" => 40_000,
         "phase" => 80_000,
         "ycsb-c" | "ycsb-a" => 3_000,
@@ -389,6 +472,7 @@ pub fn run(workload: &str, size_mb: u64, ops: u64) -> Result<Outcome, Error> {
         "ycsb-a" => ycsb(size_mb, ops, "a")?,
         "pagerank" => pagerank(size_mb, ops),
         "multi-site" => multi_site(size_mb, ops)?,
+        "hinted" => hinted(size_mb, ops)?,
         w => super::field::run(w, size_mb, ops).or_else(|| super::nomad::run(w, size_mb, ops)).ok_or_else(|| {
             Error::Invalid(format!(
                 "unknown workload '{w}' (known: {}, {}, nomad-SCENARIO-ACCESS)",
