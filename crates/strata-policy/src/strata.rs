@@ -15,10 +15,12 @@
 //!    burst, such as an array's first fill, is not heat). Each record's residency is counted
 //!    from the round's scan ([`mat::split_records`]). The records' fast set fills
 //!    the budget first, whatever the pages hold: their samples say more than a page's bits, and
-//!    a move of a whole record is one decision instead of hundreds. The program's arenas are
-//!    units of this part: all records of one arena (its pages, with its binding as the hint)
-//!    are ranked together and move together, with the binding as a prior (`hints`,
-//!    `hint_weight`; [`mat::Hints`]).
+//!    a move of a whole record is one decision instead of hundreds. The arenas the program
+//!    bound (hot, cold, a tier) are units of this part: all records of one arena are ranked
+//!    together and move together, with the binding as a prior (`hints`, `hint_weight`;
+//!    [`mat::Hints`]). An unbound arena has no hint to weigh and is paged (below): its heat
+//!    lies within it, as in the key-value store's buckets, where moving arenas whole lost to
+//!    paging them (docs/tiering.md).
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
 //!    and moved with Ambix's rules (a ranking cut, `min_scans` (10) scans between moves) in what
@@ -26,7 +28,7 @@
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
 use serde::Deserialize;
 
-use crate::{ambix, hmalloc, mat, object_at, Action, Needs, Observations, Policy, TierObs};
+use crate::{ambix, hmalloc, mat, object_at, Action, Directive, Needs, Observations, Policy, TierObs};
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -42,8 +44,9 @@ pub struct Config {
     pub min_streak: u32,
     /// the pages' part: scans of a page before it may move (Ambix's `min_scans`, 10)
     pub min_scans: u32,
-    /// the program's arenas: `prior` (each moves as one unit, its binding weighing its rank),
-    /// `pin` (a bound arena stays where the program put it) or `ignore` (its pages are paged)
+    /// the arenas the program bound: `prior` (each moves as one unit, its binding weighing its
+    /// rank), `pin` (each stays where the program put it) or `ignore` (their pages are paged, as
+    /// an unbound arena's always are)
     pub hints: mat::Hints,
     /// `prior`: a hot-bound arena ranks as if `1 + hint_weight` times hotter, a cold-bound one
     /// as if that many times colder
@@ -126,9 +129,10 @@ impl Policy for Strata {
         let record =
             ((fast.capacity_bytes as f64 * self.cfg.record_max_fraction) as u64) & !(obs.page_bytes.max(4096) - 1);
         let mut records = mat::split_records(&obs.objects, record, obs);
-        if self.cfg.hints == mat::Hints::Ignore {
-            records.retain(|o| o.arena == 0); // the arenas' pages are the pages' part's
-        }
+        // the program's arenas: one it bound is a unit of the records' part (its binding pinned
+        // or a prior); an unbound one has no hint to weigh, and is paged: its heat lies within
+        // it (a bucket's chain head), which a unit moved whole cannot follow
+        records.retain(|o| o.arena == 0 || (self.cfg.hints != mat::Hints::Ignore && o.hint != Directive::Default));
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
         // each part gets what it reads of the round, not a copy of all of it (the pages are
         // most of it: a page a 4 KiB of every managed process)
@@ -182,7 +186,7 @@ impl Policy for Strata {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ContextObs, Directive, ObjectObs, PageObs, Sample};
+    use crate::{ContextObs, ObjectObs, PageObs, Sample};
 
     const PAGE: u64 = 4096;
     const MB: u64 = 1 << 20;
@@ -264,6 +268,65 @@ mod tests {
         let fast_context =
             all.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Fast, .. }));
         assert!(fast_context, "the sampled context starts fast: {all:?}");
+    }
+
+    #[test]
+    fn an_arena_the_program_bound_moves_as_a_unit_and_an_unbound_one_is_paged() {
+        // two arenas of two 1 MiB records, all slow: arena 1 bound cold, arena 2 unbound; the
+        // first 16 pages of each accessed and sampled every round
+        let obs = |round: u64| {
+            let rec = |mb: u64, arena: u32, hint: Directive| ObjectObs { arena, hint, ..slow_object(mb * MB, MB, 0) };
+            let objects = vec![
+                rec(0, 1, Directive::Slow),
+                rec(1, 1, Directive::Slow),
+                rec(8, 2, Directive::Default),
+                rec(9, 2, Directive::Default),
+            ];
+            let mut pages = Vec::new();
+            for base in [0, 8 * MB] {
+                for k in 0..(2 * MB / PAGE) {
+                    let accessed = k < 16;
+                    pages.push(PageObs { pid: 1, addr: base + k * PAGE, tier: 1, node: 1, accessed, dirty: false });
+                }
+            }
+            let samples = [0, 8 * MB]
+                .iter()
+                .flat_map(|&a| (0..20).map(move |_| Sample { pid: 1, addr: a, tier: 1, time_ns: round, store: false }))
+                .collect();
+            Observations {
+                now_ns: round,
+                page_bytes: PAGE,
+                tiers: vec![
+                    TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 32 * MB },
+                    TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: 1 << 39 },
+                ],
+                pages,
+                scan_complete: true,
+                objects,
+                samples,
+                ..Default::default()
+            }
+        };
+        let mut p = Strata::new(Config::default());
+        let moves: Vec<(u64, u64, u64)> = (1..=14)
+            .flat_map(|r| p.decide(&obs(r)).into_iter().map(move |a| (r, a)))
+            .filter_map(|(r, a)| match a {
+                Action::Move { addr, len, to: 0, .. } => Some((r, addr, len)),
+                _ => None,
+            })
+            .collect();
+        let first = |lo: u64, hi: u64| moves.iter().find(|m| (lo..hi).contains(&m.1)).copied();
+        // the bound arena: both records (the one never sampled too) in the round its samples
+        // make a streak of three (`min_streak`)
+        assert_eq!(first(0, 2 * MB), Some((3, 0, MB)), "{moves:?}");
+        assert!(moves.contains(&(3, MB, MB)), "{moves:?}");
+        // the unbound one by the pages' part, once its pages have had Ambix's ten scans
+        assert!(first(8 * MB, 10 * MB).is_some_and(|m| m.0 >= 10), "{moves:?}");
+        // with `ignore`, the bound arena is paged too
+        let mut p = Strata::new(Config { hints: mat::Hints::Ignore, ..Config::default() });
+        let whole =
+            (1..=14).flat_map(|r| p.decide(&obs(r))).any(|a| matches!(a, Action::Move { len, .. } if len == MB));
+        assert!(!whole, "no arena moves whole");
     }
 
     /// The round in which the page outside any object (at 64 MiB) is first promoted.

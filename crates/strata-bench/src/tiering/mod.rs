@@ -261,7 +261,8 @@ pub(crate) struct EngineFiles {
 pub(crate) type Settings = Vec<(String, toml::Value)>;
 
 /// An engine setup's policy and its own settings: `strata@hysteresis=0@min_streak=5` is the
-/// `strata` policy with `hysteresis = 0` and `min_streak = 5` over its table (each value TOML).
+/// `strata` policy with `hysteresis = 0` and `min_streak = 5` over its table (each value TOML;
+/// a bare word is a string, so `strata@hints=pin` needs no quotes).
 pub(crate) fn policy_settings(spec: &str) -> Result<(&str, Settings), Error> {
     let mut parts = spec.split('@');
     let policy = parts.next().unwrap_or_default();
@@ -269,8 +270,13 @@ pub(crate) fn policy_settings(spec: &str) -> Result<(&str, Settings), Error> {
         .map(|kv| {
             let bad = || Error::Invalid(format!("'{spec}': each @ must be followed by KEY=VALUE, not '{kv}'"));
             let (k, v) = kv.split_once('=').filter(|(k, _)| !k.is_empty()).ok_or_else(bad)?;
-            let value: toml::Table = format!("v = {v}").parse().map_err(|_| bad())?;
-            Ok((k.to_string(), value["v"].clone()))
+            let word = !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let value = match format!("v = {v}").parse::<toml::Table>() {
+                Ok(t) => t["v"].clone(),
+                Err(_) if word => toml::Value::String(v.to_string()),
+                Err(_) => return Err(bad()),
+            };
+            Ok((k.to_string(), value))
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok((policy, settings))
@@ -986,7 +992,11 @@ mod tests {
             vec![("hysteresis".into(), toml::Value::Integer(0)), ("min_streak".into(), toml::Value::Integer(5))]
         );
         assert_eq!(policy_settings("mat:apb").unwrap(), ("mat:apb", vec![]));
-        for bad in ["strata@hysteresis", "strata@=1", "strata@x=not toml"] {
+        // a bare word is a string, quoted or not
+        for spec in ["strata@hints=pin", "strata@hints=\"pin\""] {
+            assert_eq!(policy_settings(spec).unwrap().1, vec![("hints".into(), toml::Value::String("pin".into()))]);
+        }
+        for bad in ["strata@hysteresis", "strata@=1", "strata@x=not toml", "strata@x=1.5.2"] {
             assert!(policy_settings(bad).is_err(), "{bad}");
         }
         // each setup's file holds its settings, checked: an unknown key or a value out of range
