@@ -88,6 +88,11 @@ pub struct Options {
     /// [default: first-touch,tpp]
     #[arg(long, value_delimiter = ',')]
     pub policies: Option<Vec<String>>,
+    /// With --emulate, the engine's configuration for every engine policy (examples/strata.toml;
+    /// the tpp scan period and the sampler are set over it); a setup's own settings go in
+    /// --policies as POLICY@KEY=VALUE
+    #[arg(long, value_name = "FILE")]
+    pub policy_config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub machine: MachineArgs,
     /// Added to the client's random seed (rounds use seed-offset, seed-offset + 1, ...)
@@ -616,7 +621,7 @@ fn run_emulated_matrix(
     }
     let engine_config = |footprint: u64| {
         let cfg = tiering::engine_config(
-            None,
+            a.policy_config.as_deref(),
             period_ms,
             time_scale,
             tiering::DEFAULT_SAMPLE_PERIOD,
