@@ -186,11 +186,13 @@ struct ObjState {
 /// What is ranked and moved as one: an object (a record of one), or all records of an arena.
 struct Unit {
     pid: u32,
+    /// the arena, 0 for an object
+    arena: u32,
     /// its allocation context (0 for an arena)
     context: u32,
     /// its first record's address (ties are broken by it)
     addr: u64,
-    /// the records' states summed: bytes, estimate, the oldest birth, the longest streak
+    /// the records' states summed: bytes, estimate, the oldest birth; an arena's own streak
     st: ObjState,
     fast_bytes: u64,
     resident_bytes: u64,
@@ -205,6 +207,7 @@ impl Unit {
         let st = ObjState { len: 0, context: o.context, born: u64::MAX, tau: 0.0, last_ns: None, streak: 0 };
         Unit {
             pid: o.pid,
+            arena: o.arena,
             context: o.context,
             addr: o.addr,
             st,
@@ -239,6 +242,10 @@ pub struct Mat {
     cfg: Config,
     name: &'static str,
     objects: HashMap<(u32, u64), ObjState>,
+    /// per arena (pid, number): intervals in a row, up to this one, in which any of its
+    /// records was sampled (a unit's streak is its own: an arena of many small records
+    /// sampled every round has few records sampled twice in a row)
+    arena_streaks: HashMap<(u32, u32), u32>,
     interval: u64,
     last_assignment: u64,
     /// bytes allocated (all contexts) at the last re-assignment, and now
@@ -262,6 +269,7 @@ impl Mat {
             cfg,
             name,
             objects: HashMap::new(),
+            arena_streaks: HashMap::new(),
             interval: 0,
             last_assignment: 0,
             allocated_at_last: None,
@@ -296,7 +304,11 @@ impl Mat {
             }
         }
         let mut next = HashMap::with_capacity(objects.len());
+        let mut sampled_arenas: HashMap<(u32, u32), bool> = HashMap::new();
         for (i, o) in objects.iter().enumerate() {
+            if o.arena != 0 {
+                *sampled_arenas.entry((o.pid, o.arena)).or_default() |= counts[i] > 0;
+            }
             let key = (o.pid, o.addr);
             let mut st = match self.objects.get(&key) {
                 Some(st) if st.len == o.len && st.context == o.context => *st,
@@ -311,6 +323,11 @@ impl Mat {
             next.insert(key, st);
         }
         self.objects = next;
+        let before = std::mem::take(&mut self.arena_streaks);
+        for (key, sampled) in sampled_arenas {
+            let streak = if sampled { before.get(&key).copied().unwrap_or(0).saturating_add(1) } else { 0 };
+            self.arena_streaks.insert(key, streak);
+        }
     }
 
     /// The trigger routine.
@@ -393,12 +410,11 @@ impl Mat {
             }
             units[k].add(i, o, st);
         }
+        for u in units.iter_mut().filter(|u| u.arena != 0) {
+            u.st.streak = self.arena_streaks.get(&(u.pid, u.arena)).copied().unwrap_or(0);
+        }
         // ephemeral buffering: only units that have lived a whole interval
-        let mut ranked: Vec<Unit> = units.into_iter().filter(|u| u.st.born < self.interval).collect();
-        ranked.sort_by(|a, b| {
-            let (ka, kb) = (self.rank_key(&a.st, a.in_fast(), a.prior), self.rank_key(&b.st, b.in_fast(), b.prior));
-            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(a.addr.cmp(&b.addr))
-        });
+        let ranked: Vec<Unit> = units.into_iter().filter(|u| u.st.born < self.interval).collect();
         // the fast tier less what is resident there outside the ranked objects (with a budget
         // given: less what the objects not ranked yet hold)
         let ranked_fast: u64 = ranked.iter().map(|u| u.fast_bytes).sum();
@@ -410,6 +426,31 @@ impl Mat {
                 ((fast.capacity_bytes as f64 * self.cfg.fast_fill) as u64).saturating_sub(outside)
             }
         };
+        // an arena larger than the budget cannot move whole: its records are ranked one by one,
+        // with the arena's prior and streak (whole, it would be demoted even where it is hot)
+        let mut ranked: Vec<Unit> = ranked
+            .into_iter()
+            .flat_map(|u| {
+                if u.arena == 0 || u.st.len <= budget {
+                    return vec![u];
+                }
+                u.members
+                    .iter()
+                    .filter_map(|&i| {
+                        let o = &objects[i];
+                        let st = self.objects.get(&(o.pid, o.addr))?;
+                        let mut one = Unit::new(o, u.prior);
+                        one.add(i, o, st);
+                        one.st.streak = u.st.streak;
+                        Some(one)
+                    })
+                    .collect()
+            })
+            .collect();
+        ranked.sort_by(|a, b| {
+            let (ka, kb) = (self.rank_key(&a.st, a.in_fast(), a.prior), self.rank_key(&b.st, b.in_fast(), b.prior));
+            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(a.addr.cmp(&b.addr))
+        });
         let mut filled = 0u64;
         let mut open = true;
         let mut actions = Vec::new();
@@ -759,6 +800,32 @@ mod tests {
         let live = arena(&[0, 10], 3, Directive::Default, 1);
         m.decide(&obs(live.clone(), vec![], 6 * MB));
         assert_eq!(moves(&m.decide(&obs(live, samples(0, 5, 1), 6 * MB))), vec![(0, 0), (10, 0)]);
+    }
+
+    #[test]
+    fn an_arena_sampled_every_round_has_a_streak_though_none_of_its_records_does() {
+        // eight records, a different one sampled each round: the arena has been sampled three
+        // rounds in a row at the third, no record of it twice
+        let mut m = Mat::new(Config { min_streak: 3, ..Config::default() }, "mat");
+        let live = arena(&[0, 1, 2, 3, 4, 5, 6, 7], 4, Directive::Default, 1);
+        let promoted: Vec<bool> =
+            (0..4).map(|r| !moves(&m.decide(&obs(live.clone(), samples(r, 5, r), 100 * MB))).is_empty()).collect();
+        assert_eq!(promoted, [false, false, true, true]);
+    }
+
+    #[test]
+    fn an_arena_larger_than_the_fast_tier_is_ranked_by_its_records() {
+        // a hot-bound arena of six 1 MiB records in the slow tier, two of them sampled; 4 MiB of
+        // fast tier (a fast set of 3.6): whole, it fits nowhere and nothing would move; by its
+        // records, the sampled two go up first, and the fast set is filled
+        let mut m = Mat::new(Config { hints: Hints::Prior, ..Config::default() }, "mat");
+        let live = arena(&[0, 1, 2, 3, 4, 5], 9, Directive::Fast, 1);
+        let mut s = samples(1, 10, 1);
+        s.extend(samples(4, 10, 1));
+        m.decide(&obs(live.clone(), vec![], 4 * MB));
+        let up: Vec<_> =
+            moves(&m.decide(&obs(live, s, 4 * MB))).into_iter().filter(|m| m.1 == 0).map(|m| m.0).collect();
+        assert!(up.contains(&1) && up.contains(&4) && up.len() == 3, "{up:?}");
     }
 
     #[test]
