@@ -164,8 +164,8 @@ $(BUILD)/security/evilchan: tests/security/evilchan.c include/strata_channel.h
 c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BUILD)/libstrata.so $(PRELOAD_TESTS)
 	@set -e; for f in plain asan tsan; do \
 	  echo "== C tests ($$f)"; \
-	  $(BUILD)/$$f/test_api; \
-	  STRATA_COLOUR=1 $(BUILD)/$$f/test_api; \
+	  TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_api; \
+	  TSAN_OPTIONS=detect_deadlocks=0 STRATA_COLOUR=1 $(BUILD)/$$f/test_api; \
 	  TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_invariants; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_stress 4 400000; else $(BUILD)/$$f/test_stress 3 60000; fi; \
 	  if [ $$f = plain ]; then $(BUILD)/$$f/test_migrate 300; else TSAN_OPTIONS=detect_deadlocks=0 $(BUILD)/$$f/test_migrate 40; fi; \

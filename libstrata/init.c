@@ -42,7 +42,7 @@ static void fork_child(void) {
   fork_parent();
   _strata_agent_forget();
   _strata_track_forget();
-  if (atomic_load(&_strata_contexts_on)) _strata_channel_forget(); /* the parent's, not ours */
+  _strata_channel_forget(); /* the parent's, not ours: its records are the parent's pages */
 }
 
 __attribute__((constructor)) static void fork_handlers(void) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
@@ -392,6 +393,33 @@ static void test_arena_records(void) {
   CHECK(strata_arena_destroy(b) == 0);
 }
 
+/* A forked child's arena pages are not written into its parent's channel (a shared mapping):
+ * its frees do not take the parent's records away, nor do its allocations add to them. */
+static void test_arena_records_after_fork(void) {
+  strata_arena_t *a = strata_arena_new(strata_default());
+  void *run = strata_malloc(30000, strata_in_arena(a));
+  const strata_channel_header_t *h = own_channel();
+  const strata_object_t *r = h ? record_of(h, run) : NULL;
+  CHECK(r != NULL);
+  if (!r) return;
+  uint32_t unit = r->arena;
+  const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
+  int before = 0, after = 0;
+  for (uint64_t i = 1; i < h->objects_high; i++) before += o[i].addr && o[i].arena == unit;
+  pid_t pid = fork();
+  if (pid == 0) {
+    strata_free(run);
+    for (int i = 0; i < 8; i++) strata_malloc(30000, strata_in_arena(a));
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  for (uint64_t i = 1; i < h->objects_high; i++) after += o[i].addr && o[i].arena == unit;
+  CHECK(before == 1 && after == 1 && record_of(h, run) == r);
+  CHECK(strata_arena_destroy(a) == 0);
+}
+
 static void test_free_foreign_and_invalid(void) {
   int64_t ff = strata_stat("free_foreign"), fi = strata_stat("free_invalid");
   int local;
@@ -450,6 +478,7 @@ int main(void) {
   test_colour();
   test_arenas();
   test_arena_records();
+  test_arena_records_after_fork();
   test_free_foreign_and_invalid();
   test_where();
   test_stats();
