@@ -14,9 +14,10 @@
  *   strata_object_t    objects[object_capacity]   (offset objects_offset)
  *
  * The process writes contexts and objects (its tracked objects, and its arenas' pages); a
- * daemon reads them and may write `directive` of a context (where its next allocations go) and the header's `default_directive` (where
- * allocations go whose context has the default directive, or that have no context). All counters are 64-bit and updated with
- * relaxed atomics: a reader sees each field whole, not a consistent snapshot of all of them.
+ * daemon reads them and may write `directive` of a context (where its next allocations go)
+ * and the header's `default_directive` (where allocations go whose context has the default
+ * directive, or that have no context). All counters are 64-bit and updated with relaxed
+ * atomics: a reader sees each field whole, not a consistent snapshot of all of them.
  * A Rust mirror lives in crates/strata-sys (checked against this file by a test).
  *
  * A process announces itself to a running daemon when it makes its region: it connects to the

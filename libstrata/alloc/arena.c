@@ -67,7 +67,8 @@ static void *run_alloc(arena_t *a, size_t size, size_t align, const void *near) 
   page_t *pg = _strata_pages_alloc(a->pool, npages, align_pages, hint, PK_RUN);
   if (pg) {
     pg->arena = a;
-    if (a->unit) pg->u.run.record = _strata_track_arena(_strata_page_addr(pg), npages * PAGE_SIZE, a->unit, a->hint);
+    if (a->unit)
+      pg->u.run.record = _strata_track_arena(_strata_page_addr(pg), npages * PAGE_SIZE, a->unit, a->hint);
     pg->next = a->runs;
     if (a->runs) a->runs->prev = pg;
     a->runs = pg;

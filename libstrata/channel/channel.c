@@ -316,7 +316,9 @@ static uint32_t track(strata_channel_header_t *h, void *p, size_t len, uint32_t 
   return first;
 }
 
-uint32_t _strata_track(void *p, size_t len, uint32_t idx) { return track(_strata_channel(), p, len, idx, 0, 0); }
+uint32_t _strata_track(void *p, size_t len, uint32_t idx) {
+  return track(_strata_channel(), p, len, idx, 0, 0);
+}
 
 /* The channel is not made here: an arena's allocation holds its lock, and strata_arena_new
  * made it (a forked child records its inherited arenas' pages once something else has made
@@ -327,10 +329,11 @@ uint32_t _strata_track_arena(void *p, size_t len, uint32_t arena, int32_t hint) 
 
 void _strata_untrack(uint32_t first, const void *p) {
   strata_channel_header_t *h = atomic_load(&channel);
-  if (!h || !first || first >= h->objects_high) return;
+  if (!h || !first) return;
   strata_object_t *o = objects(h);
-  pthread_mutex_lock(&channel_lock);
-  if (o[first].addr == (uint64_t)(uintptr_t)p) { /* not a stale record from before a fork */
+  pthread_mutex_lock(&channel_lock); /* objects_high grows under it */
+  /* (the address: not a stale record from before a fork) */
+  if (first < h->objects_high && o[first].addr == (uint64_t)(uintptr_t)p) {
     for (uint32_t r = first, next; r; r = next) {
       next = o[r].next;
       atomic_store_explicit((_Atomic uint64_t *)&o[r].addr, 0, memory_order_release);

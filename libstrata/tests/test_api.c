@@ -366,7 +366,8 @@ static const strata_object_t *record_of(const strata_channel_header_t *h, const 
 static void test_arena_records(void) {
   strata_arena_t *a = strata_arena_new(strata_cold()), *b = strata_arena_new(strata_default());
   void *small = strata_malloc(100, strata_in_arena(a)), *run = strata_malloc(30000, strata_in_arena(a));
-  void *large = strata_malloc((size_t)5 << 20, strata_in_arena(a)), *other = strata_malloc(100, strata_in_arena(b));
+  void *large = strata_malloc((size_t)5 << 20, strata_in_arena(a));
+  void *other = strata_malloc(100, strata_in_arena(b));
   void *next = strata_malloc(64, strata_next_to(small));
   const strata_channel_header_t *h = own_channel();
   CHECK(h && h->version == STRATA_CHANNEL_VERSION && h->object_bytes == sizeof(strata_object_t));
