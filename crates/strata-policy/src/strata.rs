@@ -223,6 +223,11 @@ mod tests {
             bytes_allocated: bytes,
             directive: Directive::Default,
         };
+        Observations { contexts: vec![ctx(1, MB), ctx(2, 40 * MB)], ..round_obs(round, pages, objects, samples) }
+    }
+
+    /// A round of a machine with a fast tier of 32 MiB, empty, and a whole scan.
+    fn round_obs(round: u64, pages: Vec<PageObs>, objects: Vec<ObjectObs>, samples: Vec<Sample>) -> Observations {
         Observations {
             now_ns: round,
             page_bytes: PAGE,
@@ -234,7 +239,6 @@ mod tests {
             scan_complete: true,
             objects,
             samples,
-            contexts: vec![ctx(1, MB), ctx(2, 40 * MB)],
             ..Default::default()
         }
     }
@@ -293,19 +297,7 @@ mod tests {
                 .iter()
                 .flat_map(|&a| (0..20).map(move |_| Sample { pid: 1, addr: a, tier: 1, time_ns: round, store: false }))
                 .collect();
-            Observations {
-                now_ns: round,
-                page_bytes: PAGE,
-                tiers: vec![
-                    TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 32 * MB },
-                    TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: 1 << 39 },
-                ],
-                pages,
-                scan_complete: true,
-                objects,
-                samples,
-                ..Default::default()
-            }
+            round_obs(round, pages, objects, samples)
         };
         let mut p = Strata::new(Config::default());
         let moves: Vec<(u64, u64, u64)> = (1..=14)
