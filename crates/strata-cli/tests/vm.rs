@@ -197,7 +197,9 @@ fn daemon_files() -> DaemonFiles {
 /// In the script, $FREE_MB is what node 0 has free at the start, $W the writer under Strata
 /// with its rules (hot buffer slow, cold buffer fast), and `holding OUT PID` waits until the
 /// writer run with HOT_WRITER_HOLD says it holds (or has exited): tests wait for what the
-/// writer sees (HOT_WRITER_GOAL), not for a number of seconds that a busy host stretches.
+/// writer sees (HOT_WRITER_GOAL), not for a number of seconds that a busy host stretches; and
+/// `daemon_up PID` waits until the daemon started as PID answers on its socket (a program
+/// started before that has no daemon to hand its channel and its agent to).
 fn daemon_guest(f: &DaemonFiles, script: &str) -> (i32, String) {
     daemon_guest_on(None, f, script)
 }
@@ -208,7 +210,8 @@ fn daemon_guest_on(kernel: Option<&str>, f: &DaemonFiles, script: &str) -> (i32,
         "FREE_MB=$(( $(awk '/MemFree/ {{print $4}}' /sys/devices/system/node/node0/meminfo) / 1024 ))\n\
          W=\"env LD_PRELOAD={} STRATA_RULES={} {}\"\n\
          printf '[policy.ambix]\\nmin_scans = 3\\n' > /tmp/quick.toml\n\
-         holding() {{ until grep -q holding $1 || ! kill -0 $2 2>/dev/null; do sleep 1; done; }}\n{script}",
+         holding() {{ until grep -q holding $1 || ! kill -0 $2 2>/dev/null; do sleep 1; done; }}\n\
+         daemon_up() {{ until strata stats 2>/dev/null | grep -q '^daemon ' || ! kill -0 $1 2>/dev/null; do sleep 0.2; done; }}\n{script}",
         f.lib, f.rules, f.writer
     );
     let mut args = vec!["--fast-mem", "512M", "--slow-mem", "1G"];
@@ -247,7 +250,7 @@ fn read_only_hot_set(
         &format!(
             "printf '[daemon]\\ntrackers = [{trackers}]\\n[policy.ambix]\\nmin_scans = {min_scans}\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 500 -q > /dev/null & D=$!\n\
-             sleep 1; HOT_WRITER_GOAL={goal_pct} HOT_WRITER_HOLD=/tmp/go $W 64 {secs} $((FREE_MB - 60)) read > /tmp/w.out & W_PID=$!\n\
+             daemon_up $D; HOT_WRITER_GOAL={goal_pct} HOT_WRITER_HOLD=/tmp/go $W 64 {secs} $((FREE_MB - 60)) read > /tmp/w.out & W_PID=$!\n\
              holding /tmp/w.out $W_PID; strata stats --json > /tmp/s.json; touch /tmp/go\n\
              wait $W_PID; echo writer=$?; kill $D; wait $D; echo daemon=$?\n\
              echo ==WRITER==; cat /tmp/w.out; echo ==STATS==; cat /tmp/s.json\n\
@@ -372,7 +375,7 @@ fn guest_daemon_gives_a_fast_node_too_small_for_two_hot_sets_to_the_higher_prior
         &format!(
             "H=$((FREE_MB * 55 / 100))\n\
              strata --config /tmp/quick.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-             sleep 1\n\
+             daemon_up $D\n\
              STRATA_PRIORITY=low $W $H 40 > /tmp/low.out & L=$!\n\
              STRATA_PRIORITY=high $W $H 40 > /tmp/high.out & H_PID=$!\n\
              sleep 30; strata stats --json > /tmp/s.json\n\
@@ -419,7 +422,7 @@ fn guest_daemon_gives_a_cgroup_its_memory_low_of_the_fast_node_before_a_cgroup_w
              echo $((4 * H))M > /sys/fs/cgroup/strata-a/memory.low; echo low=$(cat /sys/fs/cgroup/strata-a/memory.low)\n\
              printf '[policy.ambix]\\nmin_scans = 3\\n[[process]]\\ncgroup = \"/strata-a\"\\n[[process]]\\ncgroup = \"/strata-b\"\\n' > /tmp/cg.toml\n\
              strata --config /tmp/cg.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-             sleep 1\n\
+             daemon_up $D\n\
              sh -c \"echo \\$\\$ > /sys/fs/cgroup/strata-b/cgroup.procs && HOT_WRITER_HOLD=/tmp/go exec $W $H 1\" > /tmp/b.out & B=$!\n\
              sh -c \"echo \\$\\$ > /sys/fs/cgroup/strata-a/cgroup.procs && HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go exec $W $H 200\" > /tmp/a.out & A=$!\n\
              holding /tmp/a.out $A; strata stats --json > /tmp/s.json; strata stats > /tmp/s.txt; touch /tmp/go\n\
@@ -670,7 +673,7 @@ fn guest612_stats_say_how_much_is_hot_and_cold_with_writes_seen_and_with_reads_s
         format!(
             "printf '[daemon]\\ntrackers = [{trackers}]\\n' > /tmp/h{n}.toml\n\
              strata --config /tmp/h{n}.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-             sleep 1; HOT_WRITER_HOLD=/tmp/go{n} $W {args} > /tmp/w{n}.out & P=$!\n\
+             daemon_up $D; HOT_WRITER_HOLD=/tmp/go{n} $W {args} > /tmp/w{n}.out & P=$!\n\
              holding /tmp/w{n}.out $P\n\
              until strata stats | grep -qE 'over (1[5-9]|[2-9][0-9]|[0-9]{{3,}}) rounds' || ! kill -0 $P; do sleep 1; done\n\
              strata stats --json > /tmp/s{n}.json; strata stats > /tmp/t{n}.txt; touch /tmp/go{n}\n\
@@ -733,7 +736,7 @@ fn written_hot_set_612(toml: &str) -> (String, serde_json::Value) {
         &format!(
             "printf '{toml}[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
              strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-             sleep 1; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 > /tmp/w.out & W_PID=$!\n\
+             daemon_up $D; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 > /tmp/w.out & W_PID=$!\n\
              holding /tmp/w.out $W_PID\n\
              for i in $(seq 200); do strata stats --json > /tmp/s.json; \
                P=$(grep -o '\"promoted_pages\": *[0-9]*' /tmp/s.json | head -1 | grep -o '[0-9]*$'); \
@@ -864,7 +867,7 @@ fn guest612_daemon_reclaims_shadows_when_the_slow_node_runs_short() {
         &daemon_files(),
         "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
          strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
-         sleep 1; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 1 read > /tmp/a.out & A=$!\n\
+         daemon_up $D; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 1 read > /tmp/a.out & A=$!\n\
          holding /tmp/a.out $A; strata stats --json > /tmp/s1.json\n\
          SLOW_MB=$(( $(awk '/MemFree/ {print $4}' /sys/devices/system/node/node1/meminfo) / 1024 ))\n\
          $W $((SLOW_MB - 30)) 10 > /tmp/b.out; echo b=$?\n\
