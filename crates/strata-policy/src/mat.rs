@@ -98,7 +98,10 @@ pub struct Config {
     /// program's hint): see [`Hints`]
     pub hints: Hints,
     /// `prior`: an arena bound to the fast tier ranks as if `1 + hint_weight` times hotter than
-    /// measured, one bound below it as if that many times colder
+    /// measured, one bound below it as if that many times colder, among its own process's
+    /// units only: the fast set is chosen by measured heat, then each process's part of it
+    /// re-picked with the weights (a binding, the process's own word, never takes fast memory
+    /// from another process)
     pub hint_weight: f64,
 }
 
@@ -367,6 +370,34 @@ impl Mat {
         }
     }
 
+    /// The ranking of two units (`prior`: with their bindings' weight), the address breaking ties.
+    fn order(&self, a: &Unit, b: &Unit, prior: bool) -> std::cmp::Ordering {
+        let w = |u: &Unit| if prior { u.prior } else { 1.0 };
+        let (ka, kb) = (self.rank_key(&a.st, a.in_fast(), w(a)), self.rank_key(&b.st, b.in_fast(), w(b)));
+        ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(a.addr.cmp(&b.addr))
+    }
+
+    /// Which of the ranked units join the fast set of `budget` bytes, walking the ranking. A unit
+    /// below the fast tier joins only once it has been sampled `min_streak` intervals in a row
+    /// (a burst, such as its first fill, is not heat). `end`: the first eligible unit that does
+    /// not fit ends the set (MAT's rule); otherwise it is passed over.
+    fn fill<'a>(&self, ranked: impl Iterator<Item = &'a Unit>, budget: u64, end: bool) -> Vec<bool> {
+        let mut filled = 0u64;
+        let mut open = true;
+        ranked
+            .map(|u| {
+                let eligible = u.st.streak >= self.cfg.min_streak || u.in_fast();
+                let fits = filled + u.st.len <= budget;
+                open = open && (!eligible || fits || !end);
+                let to_fast = open && eligible && fits;
+                if to_fast {
+                    filled += u.st.len;
+                }
+                to_fast
+            })
+            .collect()
+    }
+
     /// The weight of an arena's binding on its rank (1 for anything else, or without `prior`).
     fn prior(&self, hint: Directive) -> f64 {
         let w = 1.0 + self.cfg.hint_weight;
@@ -447,21 +478,31 @@ impl Mat {
                     .collect()
             })
             .collect();
-        ranked.sort_by(|a, b| {
-            let (ka, kb) = (self.rank_key(&a.st, a.in_fast(), a.prior), self.rank_key(&b.st, b.in_fast(), b.prior));
-            ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal).then(a.addr.cmp(&b.addr))
-        });
-        let mut filled = 0u64;
-        let mut open = true;
+        // the fast set by measured heat alone; each process's part of it is its allotment
+        ranked.sort_by(|a, b| self.order(a, b, false));
+        let measured = self.fill(ranked.iter(), budget, true);
+        let mut allotment: HashMap<u32, u64> = HashMap::new();
+        for (u, _) in ranked.iter().zip(&measured).filter(|(_, &f)| f) {
+            *allotment.entry(u.pid).or_default() += u.st.len;
+        }
+        // the prior re-picks each process's own units within its allotment, so a binding (the
+        // process's own word, untrusted) never takes fast memory from another process
+        ranked.sort_by(|a, b| self.order(a, b, true));
+        let mut in_fast = vec![false; ranked.len()];
+        let mut pids: Vec<u32> = allotment.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in pids {
+            let own: Vec<usize> = (0..ranked.len()).filter(|&k| ranked[k].pid == pid).collect();
+            let picked = self.fill(own.iter().map(|&k| &ranked[k]), allotment[&pid], false);
+            for (k, f) in own.into_iter().zip(picked) {
+                in_fast[k] = f;
+            }
+        }
+        let filled: u64 = ranked.iter().zip(&in_fast).filter(|(_, &f)| f).map(|(u, _)| u.st.len).sum();
         let mut actions = Vec::new();
         let mut sites: HashMap<(u32, u32), (u32, u32)> = HashMap::new(); // (in fast, in slow)
         let n = ranked.len() as i64;
-        for (rank, u) in ranked.iter().enumerate() {
-            // a unit below the fast tier joins the fast set only once it has been sampled
-            // `min_streak` intervals in a row (a burst, such as its first fill, is not heat)
-            let eligible = u.st.streak >= self.cfg.min_streak || u.in_fast();
-            open = open && (!eligible || filled + u.st.len <= budget);
-            let to_fast = open && eligible;
+        for (rank, (u, &to_fast)) in ranked.iter().zip(&in_fast).enumerate() {
             if u.context != 0 {
                 let site = sites.entry((u.pid, u.context)).or_default();
                 if to_fast {
@@ -469,9 +510,6 @@ impl Mat {
                 } else {
                     site.1 += 1;
                 }
-            }
-            if to_fast {
-                filled += u.st.len;
             }
             // the unit's records, each that is not wholly where the unit goes
             for &i in &u.members {
@@ -844,6 +882,47 @@ mod tests {
         };
         assert_eq!(run(0.0), vec![(10, 0)]);
         assert_eq!(run(1.0), vec![(0, 0), (1, 0)]);
+    }
+
+    #[test]
+    fn a_binding_never_takes_fast_memory_from_another_process() {
+        // process 1: an object (2 MiB, 10 samples); process 2: two arenas (2 MiB, 8 samples
+        // each); a fast tier that holds two of the three. Measured, process 1's object and
+        // process 2's first arena are the fast set. Whatever process 2 binds its arenas to,
+        // process 1 keeps its place; the bindings decide only between process 2's own two.
+        let run = |x: Directive, y: Directive| {
+            let mut m = Mat::new(Config { hints: Hints::Prior, hint_weight: 9.0, ..Config::default() }, "mat");
+            let theirs = |o: ObjectObs| ObjectObs { pid: 2, ..o };
+            let mut live = vec![obj(0, 2, 1, 1)];
+            live.extend(arena(&[10, 11], 5, x, 1).into_iter().map(theirs));
+            live.extend(arena(&[20, 21], 6, y, 1).into_iter().map(theirs));
+            m.decide(&obs(live.clone(), vec![], 5 * MB));
+            let mut s = samples(0, 10, 1);
+            let at = |mb: u64| samples(mb, 4, 1).into_iter().map(|s| Sample { pid: 2, ..s });
+            s.extend(at(10).chain(at(11)).chain(at(20)).chain(at(21)));
+            let a = m.decide(&obs(live, s, 5 * MB));
+            let up = |pid: u32| -> Vec<u64> {
+                let mut v: Vec<u64> = a
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::Move { pid: p, addr, to: 0, .. } if *p == pid => Some(addr / MB),
+                        _ => None,
+                    })
+                    .collect();
+                v.sort_unstable();
+                v
+            };
+            (up(1), up(2))
+        };
+        let hints = [Directive::Default, Directive::Fast, Directive::Tier(0), Directive::Slow, Directive::Tier(3)];
+        for x in hints {
+            for y in hints {
+                assert_eq!(run(x, y).0, vec![0], "process 2 bound its arenas {x:?} and {y:?}");
+            }
+        }
+        assert_eq!(run(Directive::Default, Directive::Default).1, vec![10, 11]);
+        assert_eq!(run(Directive::Default, Directive::Fast).1, vec![20, 21]);
+        assert_eq!(run(Directive::Slow, Directive::Default).1, vec![20, 21]);
     }
 
     #[test]
