@@ -38,7 +38,7 @@ $(BUILD)/$(1)/%.o: %.c $(HDRS)
 $(BUILD)/$(1)/lib.a: $(patsubst %.c,$(BUILD)/$(1)/%.o,$(LIB_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
-$(BUILD)/$(1)/%: libstrata/tests/%.c $(BUILD)/$(1)/lib.a libstrata/tests/check.h
+$(BUILD)/$(1)/%: libstrata/tests/%.c $(BUILD)/$(1)/lib.a libstrata/tests/check.h libstrata/tests/own_channel.h
 	$(CC) $(CFLAGS) $(2) $$< $(BUILD)/$(1)/lib.a -o $$@
 endef
 $(eval $(call flavour,plain,-DSTRATA_DEBUG=1))
@@ -136,7 +136,7 @@ emu-test: emu emu-unit
 # transparent mode: test programs that know nothing of Strata, run under LD_PRELOAD
 PRELOAD_TESTS := $(BUILD)/preload/test_preload $(BUILD)/preload/test_preload_cxx \
                  $(BUILD)/preload/test_stress_libc $(BUILD)/preload/two_sites $(BUILD)/preload/hot_writer
-$(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h libstrata/util/uapi.h
+$(BUILD)/preload/test_preload: libstrata/tests/test_preload.c libstrata/tests/check.h libstrata/tests/own_channel.h libstrata/util/uapi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -mno-red-zone $< -o $@ -ldl
 $(BUILD)/preload/test_preload_cxx: libstrata/tests/test_preload_cxx.cc
@@ -178,6 +178,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	LD_PRELOAD=$$so $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so STRATA_UNWIND=dwarf $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so STRATA_TRACK_WRITES=0 $(BUILD)/preload/test_preload; \
+	LD_PRELOAD=$$so STRATA_SMALL_BLOCKS=0 $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_preload_cxx; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_stress_libc 4 300000; \
 	LD_PRELOAD=$$so STRATA_CONTEXTS=0 $(BUILD)/preload/test_stress_libc 2 100000; \

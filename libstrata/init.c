@@ -23,6 +23,7 @@ const strata_machine_t *_strata_machine(void) {
  * application's: a fork while another thread is inside one of them leaves it locked. */
 static void fork_prepare(void) {
   _strata_shared_lock_all();
+  _strata_blocks_lock_all();
   pthread_mutex_lock(&_strata_seg_lock);
   pthread_mutex_lock(&_strata_meta_lock);
   pthread_mutex_lock(&_strata_channel_lock);
@@ -35,6 +36,7 @@ static void fork_parent(void) {
   pthread_mutex_unlock(&_strata_channel_lock);
   pthread_mutex_unlock(&_strata_meta_lock);
   pthread_mutex_unlock(&_strata_seg_lock);
+  _strata_blocks_unlock_all();
   _strata_shared_unlock_all();
 }
 
@@ -43,6 +45,7 @@ static void fork_child(void) {
   _strata_agent_forget();
   _strata_track_forget();
   _strata_channel_forget(); /* the parent's, not ours: its records are the parent's pages */
+  _strata_blocks_forget();  /* the parent's contexts' arenas: its context numbers */
 }
 
 __attribute__((constructor)) static void fork_handlers(void) {

@@ -12,6 +12,9 @@
  *   └──────────────┴───────────────────────────────────────────────────────────┘
  *   large object (>= 1 MiB): its own mapping, 4 MiB aligned, header page, then data.
  *
+ * A span of a context arena (alloc/blocks.c) holds one allocation context's small objects: a
+ * block, recorded in the channel.
+ *
  * A byte map over the address space (the registry) says which 4 MiB chunks are Strata's, so
  * any pointer maps to its segment and page descriptor in O(1), and foreign pointers are
  * recognised.
@@ -78,19 +81,23 @@ typedef struct page_s {
   uint8_t kind;       /* page_kind_t */
   uint8_t cls;        /* size class, on every page of a span (head and tails), else 0 */
   uint8_t in_list;    /* PK_SPAN: on its central's partial list */
-  uint8_t shared;     /* with cls: the shared arena index of the span */
+  uint8_t shared;     /* with cls: the shared arena index of the span, SHARED_NONE for a
+                       * context arena's (blocks.c) */
   uint16_t head;      /* PK_TAIL: page index of the span/run head */
   uint8_t tagged;     /* span pages: the span's blocks may carry context tags (tag.c); read
                        * by free on the page it lands on, so untagged spans cost one load */
   arena_t *arena;     /* owner (head pages) */
   struct page_s *next, *prev; /* arena's mixed/run list, or central's partial list */
   union {
-    struct { block_t *free; uint32_t used, bump, capacity, npages; _Atomic(uint16_t *) tags; } span;
+    /* record: a context arena's span (a block) in the channel's records */
+    struct { block_t *free; uint32_t used, bump, capacity, npages, record; _Atomic(uint16_t *) tags; } span;
     /* bits per granule; colour: the granule searches start from (mixed.c first_granule) */
     struct { uint64_t alloc[4], start[4]; uint16_t used, colour; uint32_t record; } mixed;
     struct { uint32_t npages, ctx, record; } run;
   } u;
 } page_t;
+
+#define SHARED_NONE 0xff
 
 typedef enum seg_kind_e { SEG_PAGES = 1, SEG_LARGE = 2 } seg_kind_t;
 
@@ -134,6 +141,7 @@ struct strata_arena_s {
   central_t *central;       /* shared arenas only: [NCLASSES] */
   uint32_t unit;            /* user arenas: its number in the channel's records, 0 = none */
   int32_t hint;             /* user arenas: its binding as a STRATA_DIRECTIVE_* value */
+  uint32_t ctx;             /* context arenas (blocks.c): the context whose objects it holds */
 };
 
 /* ---- options.c ------------------------------------------------------------------------ */
@@ -141,7 +149,7 @@ struct strata_arena_s {
 typedef enum option_id_e {
   OPT_VERBOSE, OPT_TIERS, OPT_BIND, OPT_SYSFS, OPT_TCACHE_BYTES, OPT_COLOUR,
   OPT_CONTEXTS, OPT_CONTEXT_DEPTH, OPT_CONTEXT_MIN, OPT_FAST_BELOW, OPT_TRACK_MIN, OPT_UNWIND,
-  OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT_PRIORITY, OPT_TRACK_WRITES, OPT_DAEMON_SOCKET,
+  OPT_SMALL_BLOCKS, OPT_DIRECTIVE, OPT_RULES, OPT_REPORT, OPT_PRIORITY, OPT_TRACK_WRITES, OPT_DAEMON_SOCKET,
   OPT__COUNT
 } option_id_t;
 enum { UNWIND_CACHED = 0, UNWIND_DWARF = 1 };
@@ -285,6 +293,17 @@ static inline bool _strata_tcache_push(size_t shared, size_t cls, void *p) {
 void *_strata_span_alloc(arena_t *shared, size_t cls);
 void _strata_span_free(page_t *span, void *p);
 void _strata_tcache_flush_all(void);
+
+/* A context arena's block, and its return (blocks.c's spans: no thread cache). */
+void *_strata_block_alloc(arena_t *a, size_t cls);
+void _strata_block_free(page_t *span, void *p);
+
+/* ---- alloc/blocks.c: small objects by block, one arena per context and binding ----------- */
+
+arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared); /* NULL: use `shared` */
+void _strata_blocks_lock_all(void);              /* fork */
+void _strata_blocks_unlock_all(void);
+void _strata_blocks_forget(void);                /* fork child */
 
 /* ---- mixed.c: mixed-size pages (arena and next_to allocation) ------------------------- */
 

@@ -84,6 +84,12 @@ void _strata_free(void *p, bool untag) {
   }
   page_t *pg = &chunk->pages[((uintptr_t)p - (uintptr_t)chunk) >> PAGE_SHIFT];
   if (likely(pg->cls)) { /* a span page: straight to this thread's cache */
+    if (unlikely(pg->shared == SHARED_NONE)) { /* a context's block (blocks.c) */
+      page_t *head = pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg;
+      if (untag) _strata_context_free(head->arena->ctx, _strata_class_size(pg->cls));
+      _strata_block_free(head, p);
+      return;
+    }
     if (untag && __atomic_load_n(&pg->tagged, __ATOMIC_RELAXED)) {
       page_t *head = pg->kind == PK_TAIL ? &chunk->pages[pg->head] : pg;
       uint16_t *tags = atomic_load_explicit(&head->u.span.tags, memory_order_acquire);

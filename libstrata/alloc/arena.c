@@ -267,7 +267,7 @@ strata_arena_t *strata_arena_new(strata_place_t place) {
 }
 
 int strata_arena_destroy(strata_arena_t *a) {
-  if (!a || a->magic != STRATA_MAGIC || a->shared >= 0) return -EINVAL;
+  if (!a || a->magic != STRATA_MAGIC || a->shared >= 0 || a->ctx) return -EINVAL;
   pthread_mutex_lock(&a->lock);
   _strata_mixed_release_all(a);
   for (page_t *pg = a->runs, *next; pg; pg = next) {

@@ -69,9 +69,10 @@ static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n
       s->arena = a;
       for (size_t i = 0; i < npages; i++) { /* free() finds class and arena on any page */
         s[i].cls = (uint8_t)cls;
-        s[i].shared = (uint8_t)a->shared;
+        s[i].shared = a->shared >= 0 ? (uint8_t)a->shared : SHARED_NONE;
       }
       s->u.span.capacity = (uint32_t)(npages * PAGE_SIZE / size);
+      s->u.span.record = a->ctx ? _strata_track(_strata_page_addr(s), npages * PAGE_SIZE, a->ctx) : 0;
       partial_push(c, s);
       STAT_ADD(spans, 1);
     }
@@ -110,11 +111,23 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
     if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
       partial_remove(c, s);
       _strata_tags_release(s);
+      _strata_untrack(s->u.span.record, _strata_page_addr(s));
       _strata_pages_free(s, s->u.span.npages, false);
       STAT_ADD(spans, -1);
     }
   }
   pthread_mutex_unlock(&c->lock);
+}
+
+void *_strata_block_alloc(arena_t *a, size_t cls) {
+  block_t *b = NULL;
+  return central_take(a, cls, &b, 1) ? b : NULL;
+}
+
+void _strata_block_free(page_t *span, void *p) {
+  block_t *b = p;
+  b->next = NULL;
+  central_give(span->arena, span->cls, b);
 }
 
 /* ---- thread caches ------------------------------------------------------------------------ */

@@ -2,6 +2,7 @@
 #include "strata.h"
 #include "strata_channel.h"
 #include "check.h"
+#include "own_channel.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -329,36 +330,6 @@ static void test_arenas(void) {
   CHECK(t && strata_stat("tier_clamped") == clamped + 1);
   CHECK(strata_arena_tier(strata_arena_of(t)) == strata_topology()->ntiers - 1);
   strata_free(t);
-}
-
-/* This process's channel, mapped read-only the way a daemon finds it (/proc/PID/fd). */
-static const strata_channel_header_t *own_channel(void) {
-  DIR *d = opendir("/proc/self/fd");
-  if (!d) return NULL;
-  const strata_channel_header_t *h = NULL;
-  for (struct dirent *e; !h && (e = readdir(d));) {
-    char path[300], link[128];
-    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
-    ssize_t n = readlink(path, link, sizeof link - 1);
-    if (n <= 0) continue;
-    link[n] = 0;
-    struct stat st;
-    int fd = atoi(e->d_name);
-    if (!strstr(link, "memfd:" STRATA_CHANNEL_NAME) || fstat(fd, &st)) continue;
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m != MAP_FAILED) h = m;
-  }
-  closedir(d);
-  return h;
-}
-
-/* The live record holding p, NULL if none. */
-static const strata_object_t *record_of(const strata_channel_header_t *h, const void *p) {
-  const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
-  uint64_t a = (uint64_t)(uintptr_t)p;
-  for (uint64_t i = 1; i < h->objects_high; i++)
-    if (o[i].addr && o[i].addr <= a && a < o[i].addr + o[i].len) return &o[i];
-  return NULL;
 }
 
 /* An arena's pages are in the channel, each record with the arena's number and binding, and

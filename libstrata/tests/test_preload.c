@@ -3,6 +3,7 @@
  * cases of each function, fork from a multi-threaded process, and thread exit.
  * Linked with -ldl only: strata_owns is looked up in the preloaded library. */
 #include "check.h"
+#include "own_channel.h"
 #include "util/uapi.h"
 
 #include <dlfcn.h>
@@ -77,6 +78,61 @@ static void check_write_tracking(const char *who) {
     CHECK(written_pages(p, sizes[k]) == 2);
     CHECK(p[5 * 4096] == 2 && p[9 * 4096 + 100] == 2 && p[6 * 4096] == 1); /* nothing lost */
     free(p);
+  }
+}
+
+/* ---- small objects by block (alloc/blocks.c), seen as a daemon sees them: the channel ---- */
+
+#define SMALL 256          /* a size class: 256 blocks a 64 KiB span */
+#define PER_SITE 600       /* three spans a site */
+__attribute__((noinline)) static void *site_a(void) { return malloc(SMALL); }
+__attribute__((noinline)) static void *site_b(void) { return malloc(SMALL); }
+
+/* With blocks (the default), each context's small objects are in spans of its own, each span
+ * one record with the context's index; with STRATA_SMALL_BLOCKS=0 they share spans and have
+ * no record. Allocated alternately, the two sites' objects never share a record. */
+static void check_small_blocks(const char *who) {
+  const char *opt = getenv("STRATA_SMALL_BLOCKS");
+  int blocks = !(opt && !strcmp(opt, "0"));
+  static void *a[PER_SITE], *b[PER_SITE];
+  for (int i = 0; i < PER_SITE; i++) {
+    a[i] = site_a();
+    b[i] = site_b();
+    CHECK(a[i] && b[i]);
+    memset(a[i], 0xa, SMALL);
+    memset(b[i], 0xb, SMALL);
+  }
+  const strata_channel_header_t *h = own_channel();
+  CHECK(h != NULL);
+  if (!h) return;
+  const strata_object_t *ra = record_of(h, a[0]), *rb = record_of(h, b[0]);
+  if (!blocks) {
+    CHECK(!ra && !rb);
+  } else {
+    CHECK(ra && rb && ra->context && rb->context && ra->context != rb->context);
+    CHECK(ra && ra->len == 64 * 1024 && ra->arena == 0);
+    int same = 0, mixed = 0;
+    for (int i = 0; ra && rb && i < PER_SITE; i++) {
+      const strata_object_t *x = record_of(h, a[i]), *y = record_of(h, b[i]);
+      same += x && y && x->context == ra->context && y->context == rb->context;
+      mixed += x == y;
+    }
+    if (same != PER_SITE || mixed) fprintf(stderr, "%s: %d of %d in their own blocks, %d shared\n", who, same, PER_SITE, mixed);
+    CHECK(same == PER_SITE && mixed == 0);
+  }
+  for (int i = 0; i < PER_SITE; i++) {
+    const unsigned char *x = a[i], *y = b[i];
+    CHECK(x[0] == 0xa && x[SMALL - 1] == 0xa && y[0] == 0xb && y[SMALL - 1] == 0xb); /* intact */
+    free(a[i]);
+    free(b[i]);
+  }
+  /* freed, a context's spans go back (its last one is kept, as a shared arena's is) */
+  if (blocks && ra && rb) {
+    uint32_t ca = ra->context, cb = rb->context;
+    const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
+    int left = 0;
+    for (uint64_t i = 1; i < h->objects_high; i++) left += o[i].addr && (o[i].context == ca || o[i].context == cb);
+    CHECK(left <= 2);
   }
 }
 
@@ -219,6 +275,7 @@ int main(void) {
   pthread_join(t, NULL);
 
   check_write_tracking("parent");
+  check_small_blocks("parent");
   /* a fork child registers its copy of the parent's memory again, with its own userfaultfd */
   char *inherited = malloc(256 * 1024);
   memset(inherited, 7, 256 * 1024);
@@ -226,6 +283,7 @@ int main(void) {
   if (pid == 0) {
     free(malloc(4321)); /* a new context: the child makes its channel */
     check_write_tracking("child");
+    check_small_blocks("child");
     const char *opt = getenv("STRATA_TRACK_WRITES");
     if (kernel_has_wp_async() && !(opt && !strcmp(opt, "0"))) {
       CHECK(written_pages(inherited, 256 * 1024) >= 0); /* registered in the child too */
