@@ -504,6 +504,15 @@ __attribute__((visibility("default"))) int munmap(void *p, size_t len) {
   return (int)rc;
 }
 
+/* madvise: MADV_DONTNEED and MADV_REMOVE free the range's pages (libstrata purges free pages
+ * so); the range keeps its policy. Without it, purged pages stayed on their nodes, and a fast
+ * tier emptied by the program's frees looked full. */
+__attribute__((visibility("default"))) int madvise(void *p, size_t len, int advice) {
+  long rc = syscall(SYS_madvise, p, len, advice);
+  if (rc == 0 && emu_self && (advice == MADV_DONTNEED || advice == MADV_REMOVE)) emu_discard((uintptr_t)p, len);
+  return (int)rc;
+}
+
 /* mremap: the pages move with their place in the emulated page table. */
 __attribute__((visibility("default"))) void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
   void *to = NULL;

@@ -280,6 +280,7 @@ extern _Atomic uint64_t emu_scan_ps; /* background time of an engine's walks */
 extern uint64_t emu_next_tick_ps;
 void emu_shootdown(const uint64_t *vpns, size_t n);
 void emu_unmap(uintptr_t start, size_t len);
+void emu_discard(uintptr_t start, size_t len);  /* madvise(MADV_DONTNEED) */
 void emu_remap(uintptr_t old, size_t old_len, uintptr_t new, size_t new_len); /* mremap */
 void emu_tlb_sync(emu_thread_t *t);
 uint64_t emu_bg_counter(int which); /* 0 moved, 1 promoted, 2 demoted, 3 shootdowns */

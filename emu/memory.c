@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -91,10 +92,9 @@ pte_t *emu_pte_make(uint64_t vpn) {
   return emu_pte(vpn);
 }
 
-/* The program unmapped [start, start+len): its pages are gone (a later mapping at the same
- * address starts afresh: first touch, no policy). Only unmappings through the munmap symbol
- * are seen: glibc's internal ones (free of a large block) are not. */
-void emu_unmap(uintptr_t start, size_t len) {
+/* The pages of [start, start+len) are gone; `keep_policy`: the range's bind policy stays (a
+ * discard), else it goes with the mapping. */
+static void forget(uintptr_t start, size_t len, bool keep_policy) {
   pthread_mutex_lock(&mem_lock);
   for (uint64_t v = start / PAGE; v < (start + len + PAGE - 1) / PAGE; v++) {
     pte_t *p = emu_pte(v);
@@ -106,11 +106,21 @@ void emu_unmap(uintptr_t start, size_t len) {
     if (f & STRATA_EMU_PRESENT) atomic_fetch_sub(&emu_resident[p->node], 1);
     if (f & PTE_SHADOW) shadow_free();
     p->accesses = 0;
-    p->policy = 0;
+    if (!keep_policy) p->policy = 0;
   }
   emu_shootdown(NULL, 0);
   pthread_mutex_unlock(&mem_lock);
 }
+
+/* The program unmapped [start, start+len): its pages are gone (a later mapping at the same
+ * address starts afresh: first touch, no policy). Only unmappings through the munmap symbol
+ * are seen: glibc's internal ones (free of a large block) are not. */
+void emu_unmap(uintptr_t start, size_t len) { forget(start, len, false); }
+
+/* The program discarded [start, start+len) (madvise MADV_DONTNEED: libstrata's purge of free
+ * pages): the pages are freed from their nodes, and the next touch places each again by the
+ * range's policy, which stays. */
+void emu_discard(uintptr_t start, size_t len) { forget(start, len, true); }
 
 /* The program remapped [old, old+old_len) to [new, new+new_len) (mremap): the pages that
  * still exist move with their node, bits and policy; the old range is gone. */

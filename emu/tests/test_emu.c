@@ -279,6 +279,23 @@ static void test_remap(void) {
   munmap(to + 8 * PAGE, 8 * PAGE);
 }
 
+/* madvise(MADV_DONTNEED) frees the pages from their node: the node's residency falls, and the
+ * next touch is a fault that places the page afresh. */
+static void test_discard(void) {
+  volatile char *p = fresh(4 * PAGE);
+  for (int i = 0; i < 4; i++) p[i * PAGE] = 1;
+  uint64_t before[2], after[2];
+  strata_emu_residency(before, 2);
+  int node = strata_emu_node_of((const void *)p);
+  CHECK(node >= 0 && madvise((void *)p, 4 * PAGE, MADV_DONTNEED) == 0);
+  strata_emu_residency(after, 2);
+  CHECK(after[node] + 4 <= before[node] && strata_emu_node_of((const void *)p) == -1);
+  int64_t faults = c("page_faults");
+  CHECK(p[0] == 0); /* zero-filled again, as Linux does */
+  CHECK(c("page_faults") == faults + 1 && strata_emu_node_of((const void *)p) >= 0);
+  munmap((void *)p, 4 * PAGE);
+}
+
 /* libstrata on the emulated machine: its topology, and its binds, come from the emulator. */
 static void test_libstrata(void) {
   CHECK(strata_emulated() == 1);
@@ -780,6 +797,7 @@ int main(void) {
   test_alternate();
   test_first_touch();
   test_remap();
+  test_discard();
   test_libstrata();
   test_move();
   test_pingpong();

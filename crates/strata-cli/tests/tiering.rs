@@ -419,3 +419,48 @@ fn an_arena_bound_cold_that_heats_moves_up_whole_unless_its_hint_is_pinned() {
     let pin = run("pin");
     assert!(pin[1][0] > 0.9 && pin[1].iter().skip(1).all(|&s| s < 0.1), "pinned, where the program put it: {pin:?}");
 }
+
+/// `small-sites` (32 MiB, a quarter fast) under MAT, which moves only what the channel records,
+/// and hmalloc, which directs contexts by what it measures in their records:
+/// with libstrata's blocks each site's 192-byte nodes are in spans of their own, each a record,
+/// and the two hot sites' blocks are moved up while the cold sites' stay; with
+/// `STRATA_SMALL_BLOCKS=0` the nodes share spans, there is no record of them, and each site's
+/// nodes stay where first touch put them (the same share for every site). The last
+/// generation's placement is checked.
+/// Where the nodes' pages are is asked of the emulated machine.
+#[test]
+fn a_contexts_small_objects_are_blocks_that_a_policy_of_records_moves() {
+    let run = |policy: &str, blocks: &str| -> (Value, Vec<f64>) {
+        let cfg =
+            config(&format!("small-sites-{blocks}"), "[scanner]\nperiod_ms = 5.0\n[sampler]\nperiod_misses = 64\n");
+        let o = strata()
+            .env("STRATA_SMALL_BLOCKS", blocks)
+            .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25", "--policy", policy])
+            .arg("--policy-config")
+            .arg(&cfg)
+            .arg("--")
+            .arg(emu_strata())
+            .args(["bench", "tiering-workload", "--workload", "small-sites", "--size-mb", "32"])
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(cfg);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let program: Value = serde_json::from_slice(&o.stderr).unwrap();
+        let placement: Vec<Vec<f64>> = serde_json::from_value(program["placement"].clone()).unwrap();
+        (run["engine"].clone(), placement.into_iter().last().unwrap())
+    };
+    // sites 6 and 7 take 90 % of the lookups
+    let (engine, sites) = run("mat:apb", "1");
+    assert!(engine["objects"].as_u64().unwrap() >= 256, "every block is a record: {engine}");
+    assert!((sites[6] + sites[7]) / 2.0 > 0.6, "the hot sites' blocks are fast: {sites:?}");
+    assert!(sites[..6].iter().all(|&s| s < 0.1), "the cold sites' blocks are not: {sites:?}");
+    let (_, sites) = run("mat:apb", "0");
+    assert!((sites[7] - sites[0]).abs() < 0.05, "no record of the nodes: every site as first touch left it: {sites:?}");
+    // hmalloc, which never moves a page, learns the contexts' heat from their blocks and has
+    // the hot sites' next nodes born fast, the cold sites' slow
+    let (engine, sites) = run("hmalloc", "1");
+    assert!(engine["directives_set"].as_u64().unwrap() > 0, "{engine}");
+    let cold = sites[..6].iter().sum::<f64>() / 6.0;
+    assert!((sites[6] + sites[7]) / 2.0 > cold + 0.25, "born where their heat says: {sites:?}");
+}

@@ -12,7 +12,7 @@
 //! | `pagerank` | PageRank over a power-law graph: the edges, allocated first, are streamed; the ranks, allocated last, are read at random, a few of them very often |
 //! | `hinted` | the program's own hints, right and then stale: eight arenas of 256-byte records (each placed next to the one before, NextTo's chains), the first bound hot and the rest cold; 90 % of the updates go to the hot-bound arena for the first half of the run and to a cold-bound one for the second. A binding is never wrong to first touch (what only a policy that knows arenas can correct) |
 //! | `multi-site` | eight allocation sites of graded hotness (the last two allocated take 90 % of the lookups), four arrays each, freed and allocated again every generation, the coldest site first: first touch gives the fast tier to the coldest sites every time (what context policies can learn) |
-//! | `small-sites` | eight allocation sites of 192-byte nodes, allocated in turn, of multi-site's graded hotness (the last two sites, a quarter of the nodes, take 90 % of the lookups): in spans shared by size class every page holds nodes of every site and is as hot as the next; in blocks of each context's own (libstrata's default) the hot sites' pages are hot |
+//! | `small-sites` | eight allocation sites of 192-byte nodes, allocated in turn, of multi-site's graded hotness (the last two sites, a quarter of the nodes, take 90 % of the lookups): freed and allocated again in four generations; in spans shared by size class every page holds nodes of every site and is as hot as the next; in blocks of each context's own (libstrata's default) the hot sites' pages are hot |
 //!
 //! Sizes scale with `size_mb`, the footprint each aims at. The field's workloads (GAPBS,
 //! XSBench, a B+-tree, GUPS) are in [`super::field`]; `run` takes either.
@@ -58,8 +58,8 @@ pub struct Outcome {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<f64>,
     /// multi-site on the emulated machine: per generation, per site (coldest first), the share
-    /// of its arrays' pages on the fastest node at the generation's end; small-sites: one row,
-    /// per site, the share of its nodes' pages there at the end
+    /// of its arrays' pages on the fastest node at the generation's end (small-sites: its nodes'
+    /// pages)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placement: Vec<Vec<f64>>,
 }
@@ -480,46 +480,55 @@ const NODE_SITES: [fn() -> *mut u64; 8] = [
 
 /// Eight sites of small nodes, allocated in turn (node i of every site, then node i + 1), the
 /// lookups weighted as multi-site's: each a read and an update of a random node of the site.
+/// Every node is freed and allocated again each generation (four), so a policy that directs a
+/// context's next objects can act.
 fn small_sites(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
+    const GENERATIONS: u64 = 4;
     let per_site = ((size_mb << 20) as usize / NODE_BYTES / NODE_SITES.len()).max(1);
     let pick: Vec<usize> =
         SITE_WEIGHTS.iter().enumerate().flat_map(|(k, &w)| std::iter::repeat_n(k, w as usize)).collect();
     let mut nodes: Vec<Vec<*mut u64>> = vec![Vec::with_capacity(per_site); NODE_SITES.len()];
-    for _ in 0..per_site {
-        for (site, alloc) in nodes.iter_mut().zip(NODE_SITES) {
-            site.push(alloc());
-        }
-    }
-    let failed_alloc = nodes.iter().flatten().any(|p| p.is_null());
     let mut rng = Rng(11);
+    let mut failed_alloc = false;
+    let mut placement = Vec::new();
+    let share = |nodes: &[Vec<*mut u64>]| -> Option<Vec<f64>> {
+        nodes.iter().map(|site| fast_share_of(site.iter().map(|&p| p as usize & !4095))).collect()
+    };
     let out = timed("small-sites", ops, (per_site * NODE_BYTES * NODE_SITES.len()) as u64, || {
-        if failed_alloc {
-            return 0;
-        }
         let mut sum = 0u64;
-        for _ in 0..ops {
-            let site = &nodes[pick[rng.below(pick.len() as u64) as usize]];
-            let p = site[rng.below(per_site as u64) as usize];
-            unsafe {
-                *p = (*p).wrapping_mul(3).wrapping_add(1);
-                sum = sum.wrapping_add(*p);
+        for _ in 0..GENERATIONS {
+            for p in nodes.iter_mut().flat_map(|site| site.drain(..)) {
+                unsafe { libc::free(p as *mut libc::c_void) };
             }
+            for _ in 0..per_site {
+                for (site, alloc) in nodes.iter_mut().zip(NODE_SITES) {
+                    site.push(alloc());
+                }
+            }
+            failed_alloc |= nodes.iter().flatten().any(|p| p.is_null());
+            if failed_alloc {
+                return 0;
+            }
+            for _ in 0..ops / GENERATIONS {
+                let site = &nodes[pick[rng.below(pick.len() as u64) as usize]];
+                let p = site[rng.below(per_site as u64) as usize];
+                unsafe {
+                    *p = (*p).wrapping_mul(3).wrapping_add(1);
+                    sum = sum.wrapping_add(*p);
+                }
+            }
+            placement.push(share(&nodes));
         }
         sum
     });
-    let placement: Option<Vec<f64>> =
-        nodes.iter().map(|site| fast_share_of(site.iter().map(|&p| p as usize & !4095))).collect();
     for p in nodes.into_iter().flatten() {
         unsafe { libc::free(p as *mut libc::c_void) };
     }
     if failed_alloc {
         return Err(failed("small-sites: an allocation failed"));
     }
-    Ok(Outcome {
-        sites: NODE_SITES.iter().map(|f| *f as usize as u64).collect(),
-        placement: placement.into_iter().collect(),
-        ..out
-    })
+    let placement = placement.into_iter().collect::<Option<Vec<_>>>().unwrap_or_default();
+    Ok(Outcome { sites: NODE_SITES.iter().map(|f| *f as usize as u64).collect(), placement, ..out })
 }
 
 /// The default operations of a workload's measured phase, for a footprint of size_mb.
