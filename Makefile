@@ -179,6 +179,7 @@ c-test: $(foreach f,plain asan tsan,$(addprefix $(BUILD)/$(f)/,$(C_TESTS))) $(BU
 	LD_PRELOAD=$$so STRATA_UNWIND=dwarf $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so STRATA_TRACK_WRITES=0 $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so STRATA_SMALL_BLOCKS=0 $(BUILD)/preload/test_preload; \
+	LD_PRELOAD=$$so STRATA_SMALL_BLOCKS=1 $(BUILD)/preload/test_preload; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_preload_cxx; \
 	LD_PRELOAD=$$so $(BUILD)/preload/test_stress_libc 4 300000; \
 	LD_PRELOAD=$$so STRATA_CONTEXTS=0 $(BUILD)/preload/test_stress_libc 2 100000; \

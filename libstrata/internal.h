@@ -126,6 +126,7 @@ typedef struct large_s {
 typedef struct central_s {
   pthread_mutex_t lock;
   page_t *partial;
+  uint32_t empty;     /* spans on the partial list whose blocks are all free */
 } central_t;
 
 struct strata_arena_s {
@@ -300,7 +301,8 @@ void _strata_block_free(page_t *span, void *p);
 
 /* ---- alloc/blocks.c: small objects by block, one arena per context and binding ----------- */
 
-arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared); /* NULL: use `shared` */
+/* NULL: use `shared` (none made yet while the context has allocated under `after` bytes) */
+arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared, size_t after);
 void _strata_blocks_lock_all(void);              /* fork */
 void _strata_blocks_unlock_all(void);
 void _strata_blocks_forget(void);                /* fork child */

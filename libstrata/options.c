@@ -57,9 +57,10 @@ static const option_t options[OPT__COUNT] = {
                     "preload: stack capture: cached (each return address's unwind-table rule, read "
                     "once) or dwarf (libgcc's unwinder every time)",
                     "cached,dwarf"},
-    [OPT_SMALL_BLOCKS] = {"small_blocks", T_BOOL, 1, "bool",
-                          "preload: a context's objects below track_min live in spans of its own, "
-                          "recorded for a daemon as blocks (bkmalloc's small-object blocks)",
+    [OPT_SMALL_BLOCKS] = {"small_blocks", T_SIZE, 256 * 1024, "bytes",
+                          "preload: once a context has allocated this much, its objects below "
+                          "track_min live in spans of its own, recorded for a daemon as blocks "
+                          "(bkmalloc's small-object blocks); 0: never",
                           NULL},
     [OPT_DIRECTIVE] = {"directive", T_STRING, 0, "directive",
                        "preload: where allocations go that no rule or daemon places (default, fast, "

@@ -11,8 +11,9 @@
  *
  * A context arena has no thread caches: an allocation takes a block from its class's span
  * list under that list's lock, a free gives it back (span.c's central_take / central_give).
- * The cost is one uncontended lock per small allocation with a context; STRATA_SMALL_BLOCKS=0
- * keeps the shared spans (tagged per block, tag.c). Spans of context arenas are marked with
+ * The cost is one uncontended lock per small allocation with a context. A context gets its
+ * arena once it has allocated STRATA_SMALL_BLOCKS bytes (256 KiB); before, and with
+ * STRATA_SMALL_BLOCKS=0 always, its objects are in the shared spans (tagged per block, tag.c). Spans of context arenas are marked with
  * `page_t.shared == SHARED_NONE`, so a free sends their blocks back here and never into a
  * thread cache of a shared arena. */
 #include "internal.h"
@@ -48,13 +49,18 @@ static ctx_arena_t *made(uint32_t ctx, const arena_t *shared) {
 }
 
 /* The private arena of context ctx bound as the shared arena `shared` is; NULL when none can
- * be made (no memory, or a context index out of range): the caller uses the shared arena. */
-arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared) {
+ * be made (no memory, or a context index out of range), or none is made yet because the
+ * context has allocated less than `after` bytes (a span of its own would mostly be empty: a
+ * Rust program's command line parsing alone made 448 contexts): the caller uses the shared
+ * arena. */
+arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared, size_t after) {
   if (!ctx || ctx >= CONTEXT_SLOTS || shared->shared < 0) return NULL;
   _Atomic(ctx_arena_t *) *t = atomic_load_explicit(&table, memory_order_acquire);
   size_t slot = (size_t)ctx * NSHARED + (size_t)shared->shared;
   ctx_arena_t *c = t ? atomic_load_explicit(&t[slot], memory_order_acquire) : NULL;
   if (likely(c)) return &c->arena;
+  strata_context_t *e = _strata_context(ctx);
+  if (!e || __atomic_load_n(&e->bytes_allocated, __ATOMIC_RELAXED) < after) return NULL;
   pthread_mutex_lock(&table_lock);
   if (!(t = atomic_load_explicit(&table, memory_order_relaxed))) {
     t = _strata_meta_alloc((size_t)CONTEXT_SLOTS * NSHARED * sizeof *t);

@@ -83,13 +83,25 @@ static size_t next_used(const segment_t *s, size_t i, size_t end) {
   return end;
 }
 
-/* first start >= SEG_META_PAGES, multiple of align, with n free pages; SIZE_MAX if none */
+/* first free page in [i, PAGES_PER_SEG), PAGES_PER_SEG if none */
+static size_t next_free(const segment_t *s, size_t i) {
+  while (i < PAGES_PER_SEG) {
+    uint64_t free = s->free_map[i / 64] >> (i % 64);
+    if (free) return i + (size_t)__builtin_ctzll(free);
+    i = (i / 64 + 1) * 64;
+  }
+  return PAGES_PER_SEG;
+}
+
+/* first start >= SEG_META_PAGES, multiple of align, with n free pages; SIZE_MAX if none. A used
+ * page found skips the whole used run after it (a word at a time): a segment full of spans is
+ * passed in a few steps, not one step per page. */
 static size_t find_free(const segment_t *s, size_t n, size_t align) {
   size_t i = align_up(SEG_META_PAGES, align);
   while (i + n <= PAGES_PER_SEG) {
     size_t j = next_used(s, i, i + n);
     if (j == i + n) return i;
-    i = align_up(j + 1, align);
+    i = align_up(next_free(s, j), align);
   }
   return SIZE_MAX;
 }

@@ -77,6 +77,7 @@ static uint32_t central_take(arena_t *a, size_t cls, block_t **chain, uint32_t n
       STAT_ADD(spans, 1);
     }
     char *base = _strata_page_addr(s);
+    if (s->u.span.used == 0 && s->u.span.bump) c->empty--; /* an emptied span, in use again */
     while (got < n) {
       block_t *b = s->u.span.free;
       if (b) s->u.span.free = b->next;
@@ -108,12 +109,17 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
     s->u.span.used--;
     if (!s->in_list) partial_push(c, s);
     if (!chain || _strata_page_of(chain) != s) _strata_check_span(s); /* the span's last block here */
-    if (s->u.span.used == 0 && (s->next || s->prev)) { /* empty and not the last: release */
+    /* empty and not the last: release; a context arena (blocks.c, no thread cache) keeps one
+     * empty span besides, or a working set at a span's edge takes and releases a span on
+     * every other call */
+    if (s->u.span.used == 0 && (s->next || s->prev) && (!a->ctx || c->empty)) {
       partial_remove(c, s);
       _strata_tags_release(s);
       _strata_untrack(s->u.span.record, _strata_page_addr(s));
       _strata_pages_free(s, s->u.span.npages, false);
       STAT_ADD(spans, -1);
+    } else if (s->u.span.used == 0) {
+      c->empty++;
     }
   }
   pthread_mutex_unlock(&c->lock);

@@ -24,7 +24,7 @@
 #define HOT_PATH __attribute__((always_inline)) static inline
 
 static size_t fast_below, context_min, track_min; /* set by the constructor */
-static bool small_blocks;
+static size_t small_blocks; /* bytes a context allocates before its blocks, 0: never */
 
 /* The one allocation path of transparent mode. `ret`/`frame` are the interposed function's
  * return address and frame (these helpers are inlined into it). */
@@ -67,7 +67,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   /* a small object of a context: a block of the context's own (blocks.c), its usable size
    * the class's */
   arena_t *own = !track && idx && small_blocks && size <= SMALL_MAX && align <= GRANULE
-                     ? _strata_context_arena(idx, a) : NULL;
+                     ? _strata_context_arena(idx, a, small_blocks) : NULL;
   p = track ? _strata_arena_alloc_pages(a, size, align)
       : own ? _strata_block_alloc(own, _strata_class_of(size))
             : shared_alloc(a, size, align);
@@ -263,7 +263,7 @@ __attribute__((constructor(101))) static void preload_start(void) {
   fast_below = (size_t)_strata_option(OPT_FAST_BELOW);
   context_min = (size_t)_strata_option(OPT_CONTEXT_MIN);
   track_min = (size_t)_strata_option(OPT_TRACK_MIN);
-  small_blocks = _strata_option(OPT_SMALL_BLOCKS);
+  small_blocks = (size_t)_strata_option(OPT_SMALL_BLOCKS);
   if (context_min < 1) context_min = 1;
   _strata_process_directive_init();
   if (!_strata_option(OPT_CONTEXTS)) return;

@@ -84,13 +84,14 @@ static void check_write_tracking(const char *who) {
 /* ---- small objects by block (alloc/blocks.c), seen as a daemon sees them: the channel ---- */
 
 #define SMALL 256          /* a size class: 256 blocks a 64 KiB span */
-#define PER_SITE 600       /* three spans a site */
+#define PER_SITE 3000      /* 750 KiB a site: past STRATA_SMALL_BLOCKS (256 KiB), many spans */
 __attribute__((noinline)) static void *site_a(void) { return malloc(SMALL); }
 __attribute__((noinline)) static void *site_b(void) { return malloc(SMALL); }
 
-/* With blocks (the default), each context's small objects are in spans of its own, each span
- * one record with the context's index; with STRATA_SMALL_BLOCKS=0 they share spans and have
- * no record. Allocated alternately, the two sites' objects never share a record. */
+/* Once a context has allocated STRATA_SMALL_BLOCKS bytes, its small objects are in spans of its
+ * own, each span one record with the context's index; before, and with STRATA_SMALL_BLOCKS=0
+ * always, they share spans and have no record. Allocated alternately, the two sites' objects
+ * in blocks never share a record. */
 static void check_small_blocks(const char *who) {
   const char *opt = getenv("STRATA_SMALL_BLOCKS");
   int blocks = !(opt && !strcmp(opt, "0"));
@@ -105,20 +106,26 @@ static void check_small_blocks(const char *who) {
   const strata_channel_header_t *h = own_channel();
   CHECK(h != NULL);
   if (!h) return;
-  const strata_object_t *ra = record_of(h, a[0]), *rb = record_of(h, b[0]);
+  const int last = PER_SITE - 1, from = PER_SITE / 2; /* the later half: well past 256 KiB */
+  const strata_object_t *ra = record_of(h, a[last]), *rb = record_of(h, b[last]);
   if (!blocks) {
     CHECK(!ra && !rb);
   } else {
     CHECK(ra && rb && ra->context && rb->context && ra->context != rb->context);
     CHECK(ra && ra->len == 64 * 1024 && ra->arena == 0);
-    int same = 0, mixed = 0;
-    for (int i = 0; ra && rb && i < PER_SITE; i++) {
+    int own = 0, mixed = 0;
+    for (int i = from; ra && rb && i < PER_SITE; i++) {
       const strata_object_t *x = record_of(h, a[i]), *y = record_of(h, b[i]);
-      same += x && y && x->context == ra->context && y->context == rb->context;
+      own += x && y && x->context == ra->context && y->context == rb->context;
       mixed += x == y;
     }
-    if (same != PER_SITE || mixed) fprintf(stderr, "%s: %d of %d in their own blocks, %d shared\n", who, same, PER_SITE, mixed);
-    CHECK(same == PER_SITE && mixed == 0);
+    if (own != PER_SITE - from || mixed)
+      fprintf(stderr, "%s: %d of %d in their own blocks, %d shared\n", who, own, PER_SITE - from, mixed);
+    CHECK(own == PER_SITE - from && mixed == 0);
+    if (!opt) CHECK(!record_of(h, a[0])); /* its first 256 KiB in the shared spans */
+    /* =1: blocks as soon as the context's counters show a byte (a thread hands its counts on
+     * every 256 events) */
+    else if (!strcmp(opt, "1")) CHECK(record_of(h, a[300]) != NULL);
   }
   for (int i = 0; i < PER_SITE; i++) {
     const unsigned char *x = a[i], *y = b[i];
@@ -126,7 +133,7 @@ static void check_small_blocks(const char *who) {
     free(a[i]);
     free(b[i]);
   }
-  /* freed, a context's spans go back (its last one is kept, as a shared arena's is) */
+  /* freed, a context's spans go back (it keeps one, as a shared arena does) */
   if (blocks && ra && rb) {
     uint32_t ca = ra->context, cb = rb->context;
     const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
