@@ -263,8 +263,16 @@ typedef struct bin_s {
   block_t *head;
   uint32_t count, max;
 } bin_t;
+/* a context arena's free blocks of one class (span.c's block bins) */
+typedef struct block_bin_s {
+  arena_t *arena;
+  uint32_t cls, count, max;
+  block_t *head;
+} block_bin_t;
+#define BLOCK_SLOTS 64
 typedef struct tcache_s {
   bin_t bins[NSHARED][NCLASSES];
+  block_bin_t blocks[BLOCK_SLOTS]; /* by (arena, class), direct mapped */
 } tcache_t;
 extern __thread tcache_t *_strata_tls_cache __attribute__((tls_model("initial-exec")));
 

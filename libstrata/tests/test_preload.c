@@ -133,13 +133,15 @@ static void check_small_blocks(const char *who) {
     free(a[i]);
     free(b[i]);
   }
-  /* freed, a context's spans go back (it keeps one, as a shared arena does) */
+  /* freed, a context's spans go back (of its six): it keeps one empty, and the thread's cache
+   * holds at most 32 of its blocks, which keep up to two more */
   if (blocks && ra && rb) {
     uint32_t ca = ra->context, cb = rb->context;
     const strata_object_t *o = (const void *)((const char *)h + h->objects_offset);
     int left = 0;
     for (uint64_t i = 1; i < h->objects_high; i++) left += o[i].addr && (o[i].context == ca || o[i].context == cb);
-    CHECK(left <= 2);
+    if (left > 6) fprintf(stderr, "%s: %d blocks left\n", who, left);
+    CHECK(left <= 6);
   }
 }
 
