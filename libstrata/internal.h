@@ -269,10 +269,10 @@ typedef struct block_bin_s {
   uint32_t cls, count, max;
   block_t *head;
 } block_bin_t;
-#define BLOCK_SLOTS 64
+#define BLOCK_SLOTS 256
 typedef struct tcache_s {
   bin_t bins[NSHARED][NCLASSES];
-  block_bin_t blocks[BLOCK_SLOTS]; /* by (arena, class), direct mapped */
+  block_bin_t blocks[BLOCK_SLOTS]; /* by context (span.c's block_bin), direct mapped */
 } tcache_t;
 extern __thread tcache_t *_strata_tls_cache __attribute__((tls_model("initial-exec")));
 
