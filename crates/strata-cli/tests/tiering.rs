@@ -384,6 +384,32 @@ fn nomads_micro_benchmark_goes_the_papers_way() {
     assert!(stable("nomad") > stable("tpp"), "Nomad ahead of TPP when thrashing: {v}");
 }
 
+/// One emulated run of a workload (32 MiB, a quarter fast, `m2t-4m`) under `policy` with this
+/// configuration and environment: the engine's report and the program's (with --json the
+/// program's output goes to stderr).
+fn emulated_workload(
+    workload: &str,
+    policy: &str,
+    name: &str,
+    config_text: &str,
+    env: &[(&str, &str)],
+) -> (Value, Value) {
+    let cfg = config(name, config_text);
+    let o = strata()
+        .envs(env.iter().copied())
+        .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25", "--policy", policy])
+        .arg("--policy-config")
+        .arg(&cfg)
+        .arg("--")
+        .arg(emu_strata())
+        .args(["bench", "tiering-workload", "--workload", workload, "--size-mb", "32"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(cfg);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (serde_json::from_slice(&o.stdout).unwrap(), serde_json::from_slice(&o.stderr).unwrap())
+}
+
 /// `hinted` (32 MiB, a quarter fast) under strata: the arena the program bound cold and that is
 /// hot in the second half moves up whole with the hint as a prior, and stays where the program
 /// put it with `hints = "pin"`. Where its pages are is asked of the emulated machine.
@@ -393,22 +419,8 @@ fn an_arena_bound_cold_that_heats_moves_up_whole_unless_its_hint_is_pinned() {
         let text = format!(
             "[scanner]\nperiod_ms = 5.0\n[sampler]\nperiod_misses = 64\n[policy.strata]\nhints = \"{hints}\"\n"
         );
-        let cfg = config(&format!("hinted-{hints}"), &text);
-        let o = strata()
-            .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25", "--policy", "strata"])
-            .arg("--policy-config")
-            .arg(&cfg)
-            .arg("--")
-            .arg(emu_strata())
-            .args(["bench", "tiering-workload", "--workload", "hinted", "--size-mb", "32"])
-            .output()
-            .unwrap();
-        let _ = std::fs::remove_file(cfg);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let (run, program) = emulated_workload("hinted", "strata", &format!("hinted-{hints}"), &text, &[]);
         assert!(run["engine"]["objects"].as_u64().unwrap() >= 8 * 1024, "every arena's pages are records: {run}");
-        // (with --json the program's output goes to stderr)
-        let program: Value = serde_json::from_slice(&o.stderr).unwrap();
         serde_json::from_value(program["placement"].clone()).unwrap()
     };
     // arena 0 is bound hot, the others cold; arena 5 is hot in the second half
@@ -431,22 +443,9 @@ fn an_arena_bound_cold_that_heats_moves_up_whole_unless_its_hint_is_pinned() {
 #[test]
 fn a_contexts_small_objects_are_blocks_that_a_policy_of_records_moves() {
     let run = |policy: &str, blocks: &str| -> (Value, Vec<f64>) {
-        let cfg =
-            config(&format!("small-sites-{blocks}"), "[scanner]\nperiod_ms = 5.0\n[sampler]\nperiod_misses = 64\n");
-        let o = strata()
-            .env("STRATA_SMALL_BLOCKS", blocks)
-            .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25", "--policy", policy])
-            .arg("--policy-config")
-            .arg(&cfg)
-            .arg("--")
-            .arg(emu_strata())
-            .args(["bench", "tiering-workload", "--workload", "small-sites", "--size-mb", "32"])
-            .output()
-            .unwrap();
-        let _ = std::fs::remove_file(cfg);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let run: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let program: Value = serde_json::from_slice(&o.stderr).unwrap();
+        let text = "[scanner]\nperiod_ms = 5.0\n[sampler]\nperiod_misses = 64\n";
+        let env = [("STRATA_SMALL_BLOCKS", blocks)];
+        let (run, program) = emulated_workload("small-sites", policy, &format!("small-sites-{blocks}"), text, &env);
         let placement: Vec<Vec<f64>> = serde_json::from_value(program["placement"].clone()).unwrap();
         (run["engine"].clone(), placement.into_iter().last().unwrap())
     };
