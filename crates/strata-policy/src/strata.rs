@@ -20,7 +20,9 @@
 //!    together and move together, with the binding as a prior (`hints`, `hint_weight`;
 //!    [`mat::Hints`]). An unbound arena has no hint to weigh and is paged (below): its heat
 //!    lies within it, as in the key-value store's buckets, where moving arenas whole lost to
-//!    paging them (docs/tiering.md).
+//!    paging them (docs/tiering.md). So is a record under `record_min_kib` (1 MiB), such as a
+//!    context's block of small objects (a 64 KiB span): few of its rounds are sampled, so it
+//!    seldom meets `min_streak`, while its pages' accessed bits are seen every scan.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
 //!    and moved with Ambix's rules (a ranking cut, `min_scans` (10) scans between moves) in what
@@ -51,6 +53,8 @@ pub struct Config {
     /// `prior`: a hot-bound arena ranks as if `1 + hint_weight` times hotter, a cold-bound one
     /// as if that many times colder
     pub hint_weight: f64,
+    /// tracked objects shorter than this (KiB) are paged, not ranked as records
+    pub record_min_kib: u64,
 }
 
 impl Default for Config {
@@ -63,6 +67,7 @@ impl Default for Config {
             min_scans: ambix::Config::default().min_scans,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
+            record_min_kib: 1024,
         }
     }
 }
@@ -132,7 +137,16 @@ impl Policy for Strata {
         // the program's arenas: one it bound is a unit of the records' part (its binding pinned
         // or a prior); an unbound one has no hint to weigh, and is paged: its heat lies within
         // it (a bucket's chain head), which a unit moved whole cannot follow
-        records.retain(|o| o.arena == 0 || (self.cfg.hints != mat::Hints::Ignore && o.hint != Directive::Default));
+        // and a small object (a block of a context's small objects) is paged: its few samples
+        // seldom make a streak, its pages' bits are seen every scan
+        let min = self.cfg.record_min_kib << 10;
+        records.retain(|o| {
+            if o.arena == 0 {
+                o.len >= min
+            } else {
+                self.cfg.hints != mat::Hints::Ignore && o.hint != Directive::Default
+            }
+        });
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
         // each part gets what it reads of the round, not a copy of all of it (the pages are
         // most of it: a page a 4 KiB of every managed process)
@@ -272,6 +286,27 @@ mod tests {
         let fast_context =
             all.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Fast, .. }));
         assert!(fast_context, "the sampled context starts fast: {all:?}");
+    }
+
+    #[test]
+    fn a_small_record_is_paged() {
+        // a 64 KiB object (a context's block of small objects), slow, every page accessed and
+        // the object sampled every round: it is moved by the pages' part, after Ambix's ten
+        // scans; ranked as a record it would move after `min_streak`'s three rounds
+        let obs = |round: u64| {
+            let pages =
+                (0..16).map(|k| PageObs { pid: 1, addr: k * PAGE, tier: 1, node: 1, accessed: true, dirty: false });
+            let samples = (0..20).map(|_| Sample { pid: 1, addr: 0, tier: 1, time_ns: round, store: false }).collect();
+            round_obs(round, pages.collect(), vec![slow_object(0, 16 * PAGE, 1)], samples)
+        };
+        let first_move = |cfg: Config| {
+            let mut p = Strata::new(cfg);
+            (1..=12u64).find(|&round| p.decide(&obs(round)).iter().any(|a| matches!(a, Action::Move { to: 0, .. })))
+        };
+        let paged = first_move(Config::default());
+        assert!(paged.is_some_and(|r| r >= 10), "{paged:?}");
+        let ranked = first_move(Config { record_min_kib: 0, ..Config::default() });
+        assert!(ranked.is_some_and(|r| r < 10), "{ranked:?}");
     }
 
     #[test]
