@@ -232,6 +232,13 @@ impl Unit {
         self.members.push(i);
     }
 
+    /// What it takes of the fast tier there: its resident bytes (a record's pages that were
+    /// never touched are not moved; a 1 MiB vector grown in a 4 MiB mapping is a 4 MiB record
+    /// of which 1 MiB is resident, and counted by its length it took four times its room).
+    fn cost(&self) -> u64 {
+        self.resident_bytes
+    }
+
     /// Most of it is in the fast tier.
     fn in_fast(&self) -> bool {
         self.fast_bytes * 2 > self.resident_bytes
@@ -387,11 +394,11 @@ impl Mat {
         ranked
             .map(|u| {
                 let eligible = u.st.streak >= self.cfg.min_streak || u.in_fast();
-                let fits = filled + u.st.len <= budget;
+                let fits = filled + u.cost() <= budget;
                 open = open && (!eligible || fits || !end);
                 let to_fast = open && eligible && fits;
                 if to_fast {
-                    filled += u.st.len;
+                    filled += u.cost();
                 }
                 to_fast
             })
@@ -483,7 +490,7 @@ impl Mat {
         let measured = self.fill(ranked.iter(), budget, true);
         let mut allotment: HashMap<u32, u64> = HashMap::new();
         for (u, _) in ranked.iter().zip(&measured).filter(|(_, &f)| f) {
-            *allotment.entry(u.pid).or_default() += u.st.len;
+            *allotment.entry(u.pid).or_default() += u.cost();
         }
         // the prior re-picks each process's own units within its allotment, so a binding (the
         // process's own word, untrusted) never takes fast memory from another process
@@ -498,7 +505,7 @@ impl Mat {
                 in_fast[k] = f;
             }
         }
-        let filled: u64 = ranked.iter().zip(&in_fast).filter(|(_, &f)| f).map(|(u, _)| u.st.len).sum();
+        let filled: u64 = ranked.iter().zip(&in_fast).filter(|(_, &f)| f).map(|(u, _)| u.cost()).sum();
         let mut actions = Vec::new();
         let mut sites: HashMap<(u32, u32), (u32, u32)> = HashMap::new(); // (in fast, in slow)
         let n = ranked.len() as i64;
@@ -923,6 +930,19 @@ mod tests {
         assert_eq!(run(Directive::Default, Directive::Default).1, vec![10, 11]);
         assert_eq!(run(Directive::Default, Directive::Fast).1, vec![20, 21]);
         assert_eq!(run(Directive::Slow, Directive::Default).1, vec![20, 21]);
+    }
+
+    #[test]
+    fn a_record_takes_its_resident_bytes_of_the_fast_set_not_its_length() {
+        // two 4 MiB records (vectors grown in mappings of their own) of which 1 MiB each is
+        // resident, both sampled, and a fast tier of 3 MiB (a fast set of 2.7): both fit
+        let part = |mb: u64| ObjectObs { resident_bytes: MB, ..obj(mb, 4, 1, 1) };
+        let live = vec![part(0), part(8)];
+        let mut m = mat(Priority::Apb);
+        m.decide(&obs(live.clone(), vec![], 3 * MB));
+        let mut s = samples(0, 10, 1);
+        s.extend(samples(8, 10, 1));
+        assert_eq!(moves(&m.decide(&obs(live, s, 3 * MB))), vec![(0, 0), (8, 0)]);
     }
 
     #[test]
