@@ -15,8 +15,9 @@
 //!
 //! Re-assignment ranks the objects by the priority (`fifo`: the newest first; `lru`: the most
 //! recently sampled first; `apb`: the highest estimate per byte first) and walks the ranking,
-//! putting objects in the fast set while they fit in `fast_fill` (90 %) of the fast tier, less
-//! what is resident there outside the objects; the first that does not fit ends the set. Objects
+//! putting objects in the fast set while their resident bytes fit in `fast_fill` (90 %) of the
+//! fast tier, less what is resident there outside the objects; the first that does not fit ends
+//! the set. Objects
 //! of the slow set resident in the fast tier are demoted, then objects of the fast set promoted:
 //! whole objects, never scattered pages. An object seen for the first time this interval is
 //! neither ranked nor moved until it has lived a whole interval (ephemeral buffering: objects
