@@ -9,13 +9,12 @@
  * (records of 64 or 256 KiB). Without blocks, the contexts' small objects shared spans by size
  * class, every page mixed the contexts' objects, and no record said whose they were.
  *
- * A context arena has no thread caches: an allocation takes a block from its class's span
- * list under that list's lock, a free gives it back (span.c's central_take / central_give).
- * The cost is one uncontended lock per small allocation with a context. A context gets its
+ * Each thread caches a context arena's free blocks in its thread cache's block lists, one per
+ * context (span.c), refilled from and flushed to the arena's span lists. A context gets its
  * arena once it has allocated STRATA_SMALL_BLOCKS bytes (256 KiB); before, and with
- * STRATA_SMALL_BLOCKS=0 always, its objects are in the shared spans (tagged per block, tag.c). Spans of context arenas are marked with
- * `page_t.shared == SHARED_NONE`, so a free sends their blocks back here and never into a
- * thread cache of a shared arena. */
+ * STRATA_SMALL_BLOCKS=0 always, its objects are in the shared spans (tagged per block,
+ * tag.c). Spans of context arenas are marked with `page_t.shared == SHARED_NONE`, so a free
+ * sends their blocks to their context's list, never into a shared arena's bins. */
 #include "internal.h"
 
 /* Every context arena made, newest first (fork handlers lock them all), and the table by

@@ -135,8 +135,7 @@ static void central_give(arena_t *a, size_t cls, block_t *chain) {
  * one size class, so the first BLOCK_SLOTS contexts of a binding never share one (hashed by
  * arena address, two of small-2t's 24 did, by chance, and took turns flushing each other's
  * blocks on every call: 21 against 65 M/s). */
-static block_bin_t *block_bin(tcache_t *tc, const arena_t *a, size_t cls) {
-  (void)cls;
+static block_bin_t *block_bin(tcache_t *tc, const arena_t *a) {
   return &tc->blocks[(a->ctx + (uint32_t)a->pool * 97u) % BLOCK_SLOTS];
 }
 
@@ -251,7 +250,7 @@ void *_strata_block_alloc(arena_t *a, size_t cls) {
     block_t *b = NULL;
     return central_take(a, cls, &b, 1) ? b : NULL;
   }
-  block_bin_t *bin = block_bin(tc, a, cls);
+  block_bin_t *bin = block_bin(tc, a);
   if (bin->arena != a || bin->cls != cls || !bin->head) {
     block_bin_flush(bin);
     size_t m = 65536 / _strata_class_size(cls);
@@ -270,7 +269,7 @@ void *_strata_block_alloc(arena_t *a, size_t cls) {
 void _strata_block_free(page_t *span, void *p) {
   block_t *b = p;
   tcache_t *tc = tls_cache;
-  block_bin_t *bin = tc ? block_bin(tc, span->arena, span->cls) : NULL;
+  block_bin_t *bin = tc ? block_bin(tc, span->arena) : NULL;
   if (bin && bin->arena == span->arena && bin->cls == span->cls && bin->count < bin->max) {
     b->next = bin->head;
     bin->head = b;
