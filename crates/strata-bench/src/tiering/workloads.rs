@@ -487,7 +487,9 @@ fn small_sites(size_mb: u64, ops: u64) -> Result<Outcome, Error> {
     let per_site = ((size_mb << 20) as usize / NODE_BYTES / NODE_SITES.len()).max(1);
     let pick: Vec<usize> =
         SITE_WEIGHTS.iter().enumerate().flat_map(|(k, &w)| std::iter::repeat_n(k, w as usize)).collect();
-    let mut nodes: Vec<Vec<*mut u64>> = vec![Vec::with_capacity(per_site); NODE_SITES.len()];
+    // One vector per site, each with its own capacity (`vec![v; n]` clones drop capacity, and the
+    // clones would grow by doubling into mappings of their own during the measured phase).
+    let mut nodes: Vec<Vec<*mut u64>> = (0..NODE_SITES.len()).map(|_| Vec::with_capacity(per_site)).collect();
     let mut rng = Rng(11);
     let mut failed_alloc = false;
     let mut placement = Vec::new();
