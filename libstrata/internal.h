@@ -310,7 +310,7 @@ void _strata_block_free(page_t *span, void *p);
 /* ---- alloc/blocks.c: small objects by block, one arena per context and binding ----------- */
 
 /* NULL: use `shared` (none made yet while the context has allocated under `after` bytes) */
-arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared, size_t after);
+arena_t *_strata_context_arena(const strata_context_t *e, uint32_t ctx, const arena_t *shared, size_t after);
 void _strata_blocks_lock_all(void);              /* fork */
 void _strata_blocks_unlock_all(void);
 void _strata_blocks_forget(void);                /* fork child */

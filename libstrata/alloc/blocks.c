@@ -47,19 +47,19 @@ static ctx_arena_t *made(uint32_t ctx, const arena_t *shared) {
   return c;
 }
 
-/* The private arena of context ctx bound as the shared arena `shared` is; NULL when none can
- * be made (no memory, or a context index out of range), or none is made yet because the
- * context has allocated less than `after` bytes (a span of its own would mostly be empty: a
- * Rust program's command line parsing alone made 448 contexts): the caller uses the shared
- * arena. */
-arena_t *_strata_context_arena(uint32_t ctx, const arena_t *shared, size_t after) {
+/* The private arena of context ctx (its channel entry e) bound as the shared arena `shared`
+ * is; NULL when none can be made (no memory, or a context index out of range), or none is
+ * made yet because the context has allocated less than `after` bytes (a span of its own would
+ * mostly be empty: a Rust program's command line parsing alone made 448 contexts): the caller
+ * uses the shared arena. A context's bytes allocated only grow, so the common case, a context
+ * below `after`, costs one load from the entry the caller has just read. */
+arena_t *_strata_context_arena(const strata_context_t *e, uint32_t ctx, const arena_t *shared, size_t after) {
+  if (!e || __atomic_load_n(&e->bytes_allocated, __ATOMIC_RELAXED) < after) return NULL;
   if (!ctx || ctx >= CONTEXT_SLOTS || shared->shared < 0) return NULL;
   _Atomic(ctx_arena_t *) *t = atomic_load_explicit(&table, memory_order_acquire);
   size_t slot = (size_t)ctx * NSHARED + (size_t)shared->shared;
   ctx_arena_t *c = t ? atomic_load_explicit(&t[slot], memory_order_acquire) : NULL;
   if (likely(c)) return &c->arena;
-  strata_context_t *e = _strata_context(ctx);
-  if (!e || __atomic_load_n(&e->bytes_allocated, __ATOMIC_RELAXED) < after) return NULL;
   pthread_mutex_lock(&table_lock);
   if (!(t = atomic_load_explicit(&table, memory_order_relaxed))) {
     t = _strata_meta_alloc((size_t)CONTEXT_SLOTS * NSHARED * sizeof *t);

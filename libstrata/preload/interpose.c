@@ -67,7 +67,7 @@ HOT_PATH void *pl_alloc(size_t size, size_t align, void *ret, void *frame) {
   /* a small object of a context: a block of the context's own (blocks.c), its usable size
    * the class's */
   arena_t *own = !track && idx && small_blocks && size <= SMALL_MAX && align <= GRANULE
-                     ? _strata_context_arena(idx, a, small_blocks) : NULL;
+                     ? _strata_context_arena(c, idx, a, small_blocks) : NULL;
   p = track ? _strata_arena_alloc_pages(a, size, align)
       : own ? _strata_block_alloc(own, _strata_class_of(size))
             : shared_alloc(a, size, align);
