@@ -21,7 +21,9 @@
 //! (a 48 KiB stride hop read 13 ns, then 17 ns a few minutes later, on one AMD EPYC host): so
 //! each of the --repeat passes calibrates the `host` preset afresh, then runs each chase and
 //! the layout natively and on that calibration back to back, and a figure's ratio is the median
-//! of its passes' ratios. Every pass's figures are in the JSON.
+//! of its passes' ratios. The layout's native side is the fastest of three runs per variant
+//! (`NATIVE_TRIES`: a tenant sharing the LLC slows the malloc lists most). Every pass's figures
+//! are in the JSON.
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command as Proc;
@@ -239,6 +241,43 @@ fn wall(cmd: &mut Proc) -> Result<(f64, Vec<u8>), Error> {
     Ok((s, o.stdout))
 }
 
+/// Native runs of the layout benchmark in each pass: each variant's speed is its fastest run's.
+/// The emulated side is simulated time, which no other tenant changes; the native side shares
+/// the host's LLC, and a tenant on the other core slowed the malloc lists (which miss it most)
+/// from 68 to 40 M nodes/s in one pass while next_to's stayed at 200 M (AMD EPYC): that pass's
+/// ratio read 0.64 against 1.03-1.17 in the others. A tenant only ever slows a run down, so the
+/// fastest of a few is the machine's own speed.
+const NATIVE_TRIES: usize = 3;
+
+/// The layout benchmark run natively NATIVE_TRIES times: the shortest wall time, and each
+/// variant's best nodes per second.
+fn native_layout(args: &[String]) -> Result<(f64, std::collections::BTreeMap<String, f64>), Error> {
+    let exe = std::env::current_exe().map_err(strata_util::io("finding this program"))?;
+    let (mut best_s, mut best) = (f64::MAX, std::collections::BTreeMap::new());
+    for _ in 0..NATIVE_TRIES {
+        let mut native = Proc::new(&exe);
+        native.args(args);
+        unsafe {
+            // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
+            native.pre_exec(|| {
+                libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+                Ok(())
+            });
+        }
+        let (s, out) = wall(&mut native)?;
+        let v: Value = serde_json::from_slice(&out).map_err(|e| failed(format!("native locality JSON: {e}")))?;
+        best_s = best_s.min(s);
+        for variant in ["malloc", "next_to"] {
+            let rate = v["traversal_nodes_per_sec"][variant]
+                .as_f64()
+                .ok_or_else(|| failed(format!("native locality JSON: no {variant} speed")))?;
+            let b = best.entry(variant.to_string()).or_insert(0.0f64);
+            *b = b.max(rate);
+        }
+    }
+    Ok((best_s, best))
+}
+
 fn failed(what: impl Into<String>) -> Error {
     Error::Failed(what.into())
 }
@@ -399,18 +438,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         say(&format!(
             "pass {pass}/{repeat}: layout, strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages) and emulated"
         ));
-        let exe = std::env::current_exe().map_err(strata_util::io("finding this program"))?;
-        let mut native = Proc::new(exe);
-        native.args(&largs);
-        unsafe {
-            // 4 KiB pages natively too, as the emulator translates them (inherited across exec)
-            native.pre_exec(|| {
-                libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-                Ok(())
-            });
-        }
-        let (native_s, out) = wall(&mut native)?;
-        let nat: Value = serde_json::from_slice(&out).map_err(|e| failed(format!("native locality JSON: {e}")))?;
+        let (native_s, nat) = native_layout(&largs)?;
         let mut emu = Proc::new(toolchain::emu_strata()?);
         emu.args(&largs);
         let r = run_emulated(&host, &mut emu, true)?;
@@ -428,9 +456,9 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         let speedup = |v: &Value, which: &str| {
             v["traversal_speedup"].as_f64().ok_or_else(|| failed(format!("{which} traversal_speedup")))
         };
-        native_speedups.push(speedup(&nat, "native")?);
+        native_speedups.push(nat["next_to"] / nat["malloc"]);
         emulated_speedups.push(speedup(&em, "emulated")?);
-        native_nodes_per_sec.push(nat["traversal_nodes_per_sec"].clone());
+        native_nodes_per_sec.push(serde_json::to_value(&nat).expect("a map of numbers"));
         emulated_nodes_per_sec.push(em["traversal_nodes_per_sec"].clone());
         native_runs.push(native_s);
         emu_runs.push(r.wall_s);
