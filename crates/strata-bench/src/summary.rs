@@ -237,6 +237,107 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
     if ratios.len() > 1 {
         savings_table(s, r, &workloads, &policies);
     }
+    if r.suite.is_some() {
+        targets_table(s, r, &workloads, &ratios);
+    }
+}
+
+/// What users pick instead of Strata: doing nothing (first touch) and the field's tiering.
+const BASELINES: &[&str] = &["first-touch", "linux", "nomad", "damon", "memtierd", "hybridtier"];
+
+/// Issue #35's targets for `strata` on a suite, per fast:total ratio every workload ran at: its
+/// geometric mean over each baseline, the workloads where it is below the best baseline less
+/// 3 %, the median of its bytes moved over the kernel's, and its ping-pong share of its moves.
+fn targets_table(s: &mut String, r: &tiering::Report, workloads: &[&str], ratios: &[f64]) {
+    let get =
+        |w: &str, p: &str, f: f64| r.rows.iter().find(|x| x.workload == w && x.policy == p && x.fast_ratio == Some(f));
+    let every: Vec<f64> =
+        ratios.iter().copied().filter(|f| workloads.iter().all(|w| get(w, "strata", *f).is_some())).rev().collect();
+    if every.is_empty() {
+        return;
+    }
+    let head: Vec<String> = every.iter().map(|f| format!("1:{}", (1.0 / f).round())).collect();
+    let _ = writeln!(
+        s,
+        "`strata` against #35's targets, at fast:total {} (model output):\n\n| figure | {} |\n|---|{}",
+        head.join(", "),
+        head.join(" | "),
+        "---|".repeat(every.len())
+    );
+    let row = |s: &mut String, what: &str, cells: Vec<String>| {
+        let _ = writeln!(s, "| {what} | {} |", cells.join(" | "));
+    };
+    for b in BASELINES {
+        let cells = every
+            .iter()
+            .map(|f| {
+                let logs: Vec<f64> = workloads
+                    .iter()
+                    .filter_map(|w| Some((get(w, "strata", *f)?.figure / get(w, b, *f)?.figure).ln()))
+                    .collect();
+                if logs.is_empty() {
+                    "-".into()
+                } else {
+                    format!("{:.2}", (logs.iter().sum::<f64>() / logs.len() as f64).exp())
+                }
+            })
+            .collect();
+        row(s, &format!("geometric mean over {b}"), cells);
+    }
+    let misses = every
+        .iter()
+        .map(|f| {
+            let below: Vec<String> = workloads
+                .iter()
+                .filter_map(|w| {
+                    let x = get(w, "strata", *f)?;
+                    let best =
+                        BASELINES.iter().filter_map(|b| get(w, b, *f)).max_by(|a, b| a.figure.total_cmp(&b.figure))?;
+                    let of = x.figure / best.figure;
+                    (of < 0.97).then(|| format!("{w} ({of:.2} of {})", best.policy))
+                })
+                .collect();
+            if below.is_empty() {
+                "none".into()
+            } else {
+                below.join(", ")
+            }
+        })
+        .collect();
+    row(s, "below the best baseline less 3 %", misses);
+    let moved = every
+        .iter()
+        .map(|f| {
+            let v: Vec<f64> = workloads
+                .iter()
+                .filter_map(|w| {
+                    let k = get(w, "linux", *f)?.migrated_bytes;
+                    (k > 0).then(|| get(w, "strata", *f).map(|x| x.migrated_bytes as f64 / k as f64))?
+                })
+                .collect();
+            if v.is_empty() {
+                "-".into()
+            } else {
+                format!("{:.2}", strata_util::median(v))
+            }
+        })
+        .collect();
+    row(s, "bytes moved over the kernel's (median)", moved);
+    let pingpong = every
+        .iter()
+        .map(|f| {
+            let rows: Vec<&tiering::Row> = workloads.iter().filter_map(|w| get(w, "strata", *f)).collect();
+            let moved: u64 = rows.iter().map(|x| x.migrated_bytes).sum();
+            let pp: u64 = rows.iter().filter_map(|x| x.pingpong_bytes).sum();
+            if moved == 0 {
+                "-".into()
+            } else {
+                format!("{:.1} %", pp as f64 * 100.0 / moved as f64)
+            }
+        })
+        .collect();
+    row(s, "ping-pong share of its bytes moved", pingpong);
+    s.push('\n');
 }
 
 /// A sweep: each swept policy's figure over its best point's, per workload and ratio, and the
