@@ -136,9 +136,9 @@ impl Policy for Strata {
         let mut records = mat::split_records(&obs.objects, record, obs);
         // the program's arenas: one it bound is a unit of the records' part (its binding pinned
         // or a prior); an unbound one has no hint to weigh, and is paged: its heat lies within
-        // it (a bucket's chain head), which a unit moved whole cannot follow
-        // and a small object (a block of a context's small objects) is paged: its few samples
-        // seldom make a streak, its pages' bits are seen every scan
+        // it (a bucket's chain head), which a unit moved whole cannot follow. An object under
+        // record_min_kib (a block of a context's small objects) is paged too: its few samples
+        // seldom make a streak, while its pages' bits are seen every scan.
         let min = self.cfg.record_min_kib << 10;
         records.retain(|o| {
             if o.arena == 0 {
