@@ -105,6 +105,9 @@ static const setting_t settings[] = {
       "stride_mlp; a pointer chase gets less ahead than a stream)"),
     S("stride_pages", T_INT, stride_pages, "bool",
       "the stride prefetcher follows a stride into another 4 KiB page (Intel's stop at the page)"),
+    S("pair", T_INT, pair, "bool",
+      "an L2 miss that no stream continues also brings the other line of its 128-byte pair into "
+      "the LLC (the spatial, or adjacent-line, prefetcher)"),
     S("epoch_ns", T_DOUBLE, epoch_ns, "ns", "bandwidth accounting period (queueing)"),
     S("fault_ns", T_DOUBLE, fault_ns, "ns", "a first-touch page fault"),
     S("migrate_ns", T_DOUBLE, migrate_ns, "ns", "per moved page: unmap, fault, remap (the copy is extra)"),

@@ -82,6 +82,7 @@ typedef struct emu_config_s {
   uint64_t stride_bytes;            /* the largest stride the stride prefetcher follows (0: none) */
   double stride_mlp;                /* misses in flight for a stride (a miss costs latency / it) */
   int stride_pages;                 /* 1: it follows strides into other 4 KiB pages */
+  int pair;                         /* 1: an L2 miss brings its 128-byte pair's other line into the LLC */
   double epoch_ns;                  /* bandwidth accounting period */
   double fault_ns;                  /* first-touch page fault */
   double migrate_ns;                /* per moved page: unmap, fault, remap (copy extra) */

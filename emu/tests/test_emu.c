@@ -182,6 +182,44 @@ static void test_frames(void) {
   munmap(p, N * WAY);
 }
 
+/* The pair prefetcher: two lines of a 128-byte pair read one after the other on each of 64
+ * pages, fresh lines each round. Without it (pair=0) the second misses as the first does (but
+ * where a first touch left the line cached); with it, each of those misses is an LLC hit. */
+static void test_pair(void) {
+  enum { N = 64 };
+  char *p = fresh(N * PAGE);
+  for (int i = 0; i < N; i++) p[i * PAGE + 1024] = 1; /* fault in, away from the lines read */
+  int saved = emu_cfg.pair;
+  int64_t llc[2], miss[2];
+  for (int pair = 0; pair <= 1; pair++) {
+    emu_cfg.pair = pair;
+    size_t at = 2048 + 256 * (size_t)pair; /* fresh lines each round */
+    llc[pair] = c("llc_hits"), miss[pair] = c("llc_misses");
+    for (int i = 0; i < N; i++) {
+      (void)*(volatile char *)(p + i * PAGE + at);
+      (void)*(volatile char *)(p + i * PAGE + at + 64);
+    }
+    llc[pair] = c("llc_hits") - llc[pair], miss[pair] = c("llc_misses") - miss[pair];
+  }
+  /* a stream's lines are not paired: the streamer has them on their way (only the misses
+   * before it is trained bring their pairs): as many LLC hits as without the pairs */
+  int64_t streamed[2];
+  for (int pair = 0; pair <= 1; pair++) {
+    emu_cfg.pair = pair;
+    char *q = fresh(8 * PAGE);
+    for (int i = 0; i < 8; i++) q[i * PAGE] = 1;
+    streamed[pair] = c("llc_hits");
+    for (int i = 1; i < 8 * PAGE / 64; i++) (void)*(volatile char *)(q + (size_t)i * 64);
+    streamed[pair] = c("llc_hits") - streamed[pair];
+    munmap(q, 8 * PAGE);
+  }
+  emu_cfg.pair = saved;
+  CHECK(llc[0] <= 2 && miss[0] >= N);
+  CHECK(llc[1] >= N / 4 && miss[1] <= miss[0] - llc[1] + 2);
+  CHECK(streamed[1] <= streamed[0] + 2);
+  munmap(p, N * PAGE);
+}
+
 /* 100 pages, one access each, twice: the DTLB (16 sets x 4) cannot hold them, the STLB can. */
 static void test_tlb(void) {
   volatile char *p = fresh(100 * PAGE);
@@ -793,6 +831,7 @@ int main(void) {
   test_strides();
   test_caches();
   test_frames();
+  test_pair();
   test_tlb();
   test_alternate();
   test_first_touch();
