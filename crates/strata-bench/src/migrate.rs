@@ -625,7 +625,8 @@ fn accept_agent(l: &UnixListener, pid: u32) -> Result<Agent, Error> {
         )
     })?;
     (&stream).write_all(b"{\"agent\":true}\n").map_err(|e| failed(e.to_string()))?;
-    Ok(Agent::new(stream))
+    let deadline = stratad::config::MoverConfig::default().agent_deadline_ms;
+    Ok(Agent::new(stream, std::time::Duration::from_millis(deadline)))
 }
 
 fn command(stdin: &mut ChildStdin, c: &str) -> Result<(), Error> {

@@ -322,7 +322,9 @@ fn guest_daemon_promotes_a_hot_set_from_the_slow_node_and_demotes_a_cold_one_whe
     assert!(c1 >= 2048, "the daemon demoted part of the cold buffer to make room: {w}");
     let stats: serde_json::Value = serde_json::from_str(section(&out, "DAEMON")).unwrap();
     assert!(stats["promoted_pages"].as_u64() >= Some(hot * 9 / 10 - hot / 10), "{stats}");
-    assert!(stats["demoted_pages"].as_u64() >= Some(c1), "{stats}");
+    // (the daemon's own demotions: the guest kernel's kswapd may demote some of the cold buffer
+    // too when the promotions fill node 0, more of it the slower the host runs the guest)
+    assert!(stats["demoted_pages"].as_u64() >= Some(2048), "{stats}");
     // strata stats, taken while the writer ran, counts its hot buffer on tier 0 (numa_maps)
     let status: serde_json::Value = serde_json::from_str(section(&out, "STATS")).unwrap();
     let writer = status["processes"].as_array().unwrap().iter().find(|p| p["command"] == "hot_writer");
@@ -811,9 +813,11 @@ fn guest612_daemon_with_the_transactional_mover_promotes_through_the_agent() {
     if guest_available().is_none() {
         return;
     }
-    // (pagemap-scan: it sees the writes at once; DAMON's sampling under TCG is slower to)
-    let (text, status) =
-        written_hot_set_612("[daemon]\\ntrackers = [\"pagemap-scan\"]\\n[mover]\\nmechanism = \"transactional\"\\n");
+    // (pagemap-scan: it sees the writes at once; DAMON's sampling under TCG is slower to. The
+    // agent's deadline is long: under TCG on a busy host, a move of 512 pages took over 5 s)
+    let (text, status) = written_hot_set_612(
+        "[daemon]\\ntrackers = [\"pagemap-scan\"]\\n[mover]\\nmechanism = \"transactional\"\\nagent_deadline_ms = 120000\\n",
+    );
     assert!(text.contains("agent: "), "{text}");
     let pages = 64 << 20 >> 12;
     let d = status["daemon"]["processes"].as_array().unwrap_or_else(|| panic!("{status}"));
@@ -865,7 +869,7 @@ fn guest612_daemon_reclaims_shadows_when_the_slow_node_runs_short() {
     let (code, out) = daemon_guest_on(
         Some("6.12"),
         &daemon_files(),
-        "printf '[mover]\\nmechanism = \"transactional\"\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
+        "printf '[mover]\\nmechanism = \"transactional\"\\nagent_deadline_ms = 120000\\n[policy.ambix]\\nmin_scans = 3\\n' > /tmp/strata.toml\n\
          strata --config /tmp/strata.toml daemon --policy ambix --period-ms 300 -q > /dev/null & D=$!\n\
          daemon_up $D; HOT_WRITER_GOAL=90 HOT_WRITER_HOLD=/tmp/go $W 64 150 1 read > /tmp/a.out & A=$!\n\
          holding /tmp/a.out $A; strata stats --json > /tmp/s1.json\n\

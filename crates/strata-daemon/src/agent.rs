@@ -53,13 +53,12 @@ impl From<strata_agent_counters_t> for AgentCounters {
     }
 }
 
-/// A request and its whole reply must be done within this (not each read: an agent that drips
-/// its reply a byte at a time is dropped as surely as a silent one). A move of
-/// STRATA_AGENT_MAX_PAGES pages takes milliseconds.
-pub const AGENT_DEADLINE: Duration = Duration::from_secs(5);
-
 pub struct Agent {
     stream: UnixStream,
+    /// a request and its whole reply must be done within this (not each read: an agent that
+    /// drips its reply a byte at a time is dropped as surely as a silent one); a move of
+    /// STRATA_AGENT_MAX_PAGES pages takes milliseconds (`[mover] agent_deadline_ms`)
+    limit: Duration,
     /// when the request going on must be answered by
     deadline: Instant,
     pub counters: AgentCounters,
@@ -72,8 +71,8 @@ fn bytes_of<T: Copy>(v: &T) -> &[u8] {
 }
 
 impl Agent {
-    pub fn new(stream: UnixStream) -> Agent {
-        Agent { stream, deadline: Instant::now(), counters: AgentCounters::default() }
+    pub fn new(stream: UnixStream, limit: Duration) -> Agent {
+        Agent { stream, limit, deadline: Instant::now(), counters: AgentCounters::default() }
     }
 
     /// The time left before the request's deadline: an error once it has passed.
@@ -82,7 +81,7 @@ impl Agent {
         if left.is_zero() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("no whole reply within {} s", AGENT_DEADLINE.as_secs()),
+                format!("no whole reply within {} ms", self.limit.as_millis()),
             ));
         }
         Ok(left)
@@ -106,7 +105,7 @@ impl Agent {
     }
 
     fn request(&mut self, r: strata_agent_request_t, pages: &[u64]) -> std::io::Result<strata_agent_reply_t> {
-        self.deadline = Instant::now() + AGENT_DEADLINE;
+        self.deadline = Instant::now() + self.limit;
         let mut msg = bytes_of(&r).to_vec();
         for p in pages {
             msg.extend_from_slice(&p.to_ne_bytes());
@@ -275,7 +274,7 @@ mod tests {
         let o = objects.iter().max_by_key(|o| o.len).copied().expect("the buffer is tracked");
         // (the object is the usable size of its mapping, whole 4 MiB chunks; the buffer is 8 MiB)
         let pages: Vec<u64> = (o.addr..o.addr + (8 << 20)).step_by(4096).collect();
-        let mut a = Agent::new(stream);
+        let mut a = Agent::new(stream, Duration::from_secs(5));
         let mut moved = 0;
         // five passes, and more (for 2 s at most: the program writes for 4) until a copy has
         // aborted: whether the writer runs during a pass's few ms is the scheduler's choice,
@@ -324,7 +323,7 @@ mod tests {
         let hot = objects.iter().find(|o| (8 << 20..16 << 20).contains(&o.len)).copied().expect("the hot buffer");
         let hot_pages: Vec<u64> = (hot.addr..hot.addr + (8 << 20)).step_by(8 * 4096).collect();
         let cold_pages: Vec<u64> = (cold.addr..cold.addr + (16 << 20)).step_by(16 * 4096).collect();
-        let mut a = Agent::new(stream);
+        let mut a = Agent::new(stream, Duration::from_secs(5));
         let (mut hot_reads, mut cold_touched, mut writes, mut rounds) = (0, 0, 0, 0);
         let pages: Vec<u64> = hot_pages.iter().chain(&cold_pages).copied().collect();
         // (the first two rounds' reports are not counted: the program writes its hot buffer
@@ -407,7 +406,7 @@ mod tests {
                 let _ = theirs.shutdown(std::net::Shutdown::Write);
                 let _ = std::io::copy(&mut theirs, &mut std::io::sink()); // the requests, to the end
             });
-            let mut a = Agent::new(ours);
+            let mut a = Agent::new(ours, Duration::from_secs(5));
             let fine = match op {
                 0 => a.move_pages(&pages, 0, 3, false).map(|st| assert_eq!(st.len(), pages.len())).is_ok(),
                 1 => a.sample(&pages).map(|t| assert!(t.len() <= max)).is_ok(),

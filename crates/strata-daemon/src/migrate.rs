@@ -140,7 +140,7 @@ mod tests {
         // an agent whose connection is closed: dropped, and the page moves by move_pages
         let (stream, other) = UnixStream::pair().unwrap();
         drop(other);
-        let mut agent = Some(Agent::new(stream));
+        let mut agent = Some(Agent::new(stream, std::time::Duration::from_secs(5)));
         assert_eq!(move_to(pid, &mut agent, Mechanism::Transactional, 3, &[page], node), vec![Ok(())]);
         assert!(agent.is_none(), "an agent that stopped answering is forgotten");
         assert_eq!(locate(pid, &[page + (1 << 40)]), vec![None], "an unmapped page");

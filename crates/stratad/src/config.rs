@@ -112,6 +112,9 @@ pub struct MoverConfig {
     /// a page moved back the other way within this many rounds of its last move counts as
     /// ping-pong (the statistics' `pingpong_pages`, per process and in all)
     pub pingpong_rounds: u64,
+    /// transactional: a process's agent that has not answered a request whole within this many
+    /// ms is dropped, and its pages move by move_pages
+    pub agent_deadline_ms: u64,
 }
 
 /// How the mover moves a page.
@@ -131,6 +134,7 @@ impl Default for MoverConfig {
             attempts: 3,
             shadow_reclaim_fraction: 0.05,
             pingpong_rounds: 10,
+            agent_deadline_ms: 5000,
         }
     }
 }
@@ -440,6 +444,10 @@ impl Config {
                 format!("mover.attempts must be 1 to {most} (copies of a page a round), not {}", self.mover.attempts);
             return Err(Bad::new("mover", "attempts", m));
         }
+        if self.mover.agent_deadline_ms == 0 {
+            let m = "mover.agent_deadline_ms must be positive".to_string();
+            return Err(Bad::new("mover", "agent_deadline_ms", m));
+        }
         if self.heat.hot_rounds == 0 || self.heat.cold_rounds <= self.heat.hot_rounds {
             let m = format!(
                 "heat.cold_rounds ({}) must be above heat.hot_rounds ({}), and hot_rounds at least 1",
@@ -601,6 +609,8 @@ mod tests {
             let r = Config::parse(&format!("[mover]\nattempts = {n}\n"), "ambix");
             assert_eq!(r.is_ok(), ok, "attempts = {n}: {:?}", r.err().map(|e| e.to_string()));
         }
+        let e = Config::parse("[mover]\nagent_deadline_ms = 0\n", "ambix").unwrap_err().to_string();
+        assert!(e.contains("agent_deadline_ms must be positive"), "{e}");
     }
 
     /// A process of this command, with nothing else known of it.

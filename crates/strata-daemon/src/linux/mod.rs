@@ -154,6 +154,7 @@ impl Linux {
 
     /// Move pages by this mechanism from now on.
     pub fn set_mover(&mut self, mover: MoverConfig) {
+        self.procs.agent_deadline = Duration::from_millis(mover.agent_deadline_ms);
         self.mover = mover;
     }
 

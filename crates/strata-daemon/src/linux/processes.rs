@@ -90,6 +90,9 @@ pub(crate) struct Processes {
     pub discovery: Duration,
     /// say on stderr why a channel is refused (the daemon does; `strata stats` only lists them)
     pub say_refusals: bool,
+    /// an agent that has not answered a request whole within this is dropped
+    /// (`[mover] agent_deadline_ms`)
+    pub agent_deadline: Duration,
 }
 
 impl Processes {
@@ -100,6 +103,7 @@ impl Processes {
             discovered: None,
             discovery: Duration::from_secs(10),
             say_refusals: false,
+            agent_deadline: Duration::from_millis(stratad::config::MoverConfig::default().agent_deadline_ms),
         }
     }
 
@@ -127,7 +131,7 @@ impl Processes {
             p.pidfd = Some(who.pidfd);
         }
         if let Some(stream) = agent {
-            p.agent = Some(Agent::new(stream));
+            p.agent = Some(Agent::new(stream, self.agent_deadline));
             return true;
         }
         handed || !known
