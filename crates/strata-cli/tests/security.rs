@@ -141,14 +141,18 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
     let target = dir.path("root_target");
     std::fs::write(&target, "precious root data").unwrap();
     let (daemon, sock) = daemon_with(&dir, "[daemon]\npolicy = \"first-touch\"\n", "100");
+    let read = |f: &str| -> u32 { std::fs::read_to_string(f).unwrap().trim().parse().unwrap() };
     for kind in ["symlink", "file"] {
-        let next: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid").unwrap().trim().parse().unwrap();
+        // the next pids, wrapping at pid_max to the kernel's first unreserved pid (300), as
+        // pids do (a host with pid_max 32768 wrapped during a run)
+        let (next, max) = (read("/proc/sys/kernel/ns_last_pid"), read("/proc/sys/kernel/pid_max"));
+        let planted: Vec<u32> =
+            (next + 1..next + PLANTED).map(|p| if p >= max { 300 + (p - max) } else { p }).collect();
+        let list = planted.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",");
         let plant = format!(
-            "import os, sys\nfor p in range({}, {}):\n    n = '/dev/shm/strata.%d' % p\n    try:\n        \
+            "import os, sys\nfor p in [{list}]:\n    n = '/dev/shm/strata.%d' % p\n    try:\n        \
              os.symlink(sys.argv[1], n) if sys.argv[2] == 'symlink' else os.close(os.open(n, os.O_CREAT | os.O_WRONLY, 0o666))\n        \
-             os.chmod(n, 0o666) if sys.argv[2] == 'file' else None\n    except OSError:\n        pass\n",
-            next + 1,
-            next + PLANTED
+             os.chmod(n, 0o666) if sys.argv[2] == 'file' else None\n    except OSError:\n        pass\n"
         );
         let ok = m.run("/usr/bin/python3").args(["-c", &plant, &target, kind]).status().unwrap();
         assert!(ok.success());
@@ -158,7 +162,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
         drop(victim);
         assert!(managed(&v, pid).is_some_and(|p| p["strata"] == true), "its own channel is taken: {v}");
         assert!(v["daemon"]["refused"][pid.to_string()].is_null(), "{v}");
-        for p in next + 1..next + PLANTED {
+        for p in &planted {
             let n = format!("/dev/shm/strata.{p}");
             if let Ok(meta) = std::fs::symlink_metadata(&n) {
                 assert!(meta.file_type().is_symlink() || meta.len() == 0, "{n} was written ({kind})");
@@ -166,7 +170,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
             }
         }
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious root data", "{kind}");
-        assert!(pid > next && pid < next + PLANTED, "{pid}: the test planted the wrong names");
+        assert!(planted.contains(&pid), "{pid}: the test planted the wrong names");
     }
     drop(daemon);
 }
