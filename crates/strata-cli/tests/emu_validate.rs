@@ -9,7 +9,9 @@ use serde_json::Value;
 
 fn json_of(c: &mut Command) -> Value {
     let o = c.output().expect("run strata");
-    assert!(o.status.success(), "{:?} failed: {}", c, String::from_utf8_lossy(&o.stderr));
+    // the report, printed before the verdict, says which pass and which side moved
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{c:?} failed: {err}\nits report: {out}");
     serde_json::from_slice(&o.stdout).expect("JSON")
 }
 

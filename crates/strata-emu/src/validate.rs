@@ -38,7 +38,7 @@ use crate::{run_emulated, toolchain, Error, Machine};
 /// What `strata emu validate` runs.
 #[derive(clap::Args, Clone, Debug)]
 pub struct Options {
-    /// Smaller workloads (seconds instead of a minute; what the test suite runs)
+    /// Smaller workloads (a minute or two instead of several; what the test suite runs)
     #[arg(long)]
     pub quick: bool,
     /// Runs of each timed program, native and emulated alternating; passes of calibration, chases
@@ -200,6 +200,32 @@ fn chase_args(host: &Machine, quick: bool) -> Vec<(&'static str, Vec<String>)> {
         .collect()
 }
 
+/// Bytes a malloc list's node takes: its 32 bytes and glibc's chunk header, rounded to 16.
+const MALLOC_NODE_BYTES: u64 = 48;
+
+/// The layout benchmark's arguments: 1,024 lists (512 with --quick), so a malloc list's nodes
+/// step the 48 KiB stride the calibration measures (24 KiB). Lists whose malloc nodes together nearly fit in the LLC are
+/// the worst case for a model: on the next round the machine's replacement keeps part of them
+/// and the model's LRU none, or the reverse. A quick run whose 96 MB of lists were about an
+/// Intel Xeon's 105 MiB LLC read a layout ratio of 2.39 in CI, where 300 MiB and 32 MiB LLCs
+/// gave 1.3-1.5. So the lists either fit in half the LLC or span at least 3 times it (more
+/// nodes a list). --quick: 4,000 nodes a list or more (with 2,000 the model's next_to traversal
+/// was 35 % faster than the machine's, 3.5 against 5.5 ns a node, AMD EPYC) and two rounds;
+/// otherwise 8,000 or more and three. 4-8 s a pass with 32 MiB or 300 MiB, 3.4 times that with
+/// 105 MiB (--quick); 1.2 s a 100 MB natively, 3 s emulated.
+fn layout_args(host: &Machine, quick: bool) -> Vec<String> {
+    let llc: u64 = host.get("llc").and_then(|v| v.parse().ok()).unwrap_or(32 << 20);
+    let (lists, least, rounds) = if quick { (512, 4000, "2") } else { (1024, 8000, "3") };
+    let nodes = match lists * least * MALLOC_NODE_BYTES {
+        bytes if 2 * bytes <= llc => least,
+        _ => (3 * llc).div_ceil(lists * MALLOC_NODE_BYTES).max(least),
+    };
+    let (lists, nodes) = (lists.to_string(), nodes.to_string());
+    let args = ["bench", "locality", "--lists", &lists, "--nodes", &nodes, "--rounds", rounds];
+    let rest = ["--variants", "malloc,next_to", "--skip-pages", "--json", "--quiet"];
+    args.iter().chain(&rest).map(|s| s.to_string()).collect()
+}
+
 /// One pass of a chase: natively, then on `host`; ns per hop each.
 fn chase_pass(host: &Machine, plain: &PathBuf, instrumented: &PathBuf, args: &[String]) -> Result<(f64, f64), Error> {
     let hops: f64 = args[2].parse().expect("chase_args gives a hop count");
@@ -312,7 +338,7 @@ fn rel(a: u64, b: u64) -> f64 {
     (a as f64 - b as f64).abs() / b as f64
 }
 
-/// Validate (a minute, or seconds with --quick; progress on stderr unless quiet).
+/// Validate (minutes, or one or two with --quick; progress on stderr unless quiet).
 pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     let progress = Progress::new("validate", quiet);
     let say = |m: &str| progress.say(m);
@@ -377,28 +403,6 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         });
     }
 
-    // --quick: lists of 4000 nodes; with 2000 the model's next_to traversal was 35 % faster than
-    // the machine's (3.5 against 5.5 ns a node, AMD EPYC; the cause is not known), the layout
-    // ratio 1.8, near the quick bound; with 4000, 1.3
-    let (lists, nodes, rounds) = if a.quick { ("512", "4000", "2") } else { ("1024", "8000", "3") };
-    let largs: Vec<String> = [
-        "bench",
-        "locality",
-        "--lists",
-        lists,
-        "--nodes",
-        nodes,
-        "--rounds",
-        rounds,
-        "--variants",
-        "malloc,next_to",
-        "--skip-pages",
-        "--json",
-        "--quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
     let mut hosts = Vec::new();
     let mut chases: Vec<Chase> = Vec::new();
     let (mut native_runs, mut emu_runs, mut accesses) = (Vec::new(), Vec::new(), None);
@@ -435,8 +439,10 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
             c.ratios.push(emulated / native);
             c.ratio = median(c.ratios.clone());
         }
+        let largs = layout_args(&host, a.quick);
         say(&format!(
-            "pass {pass}/{repeat}: layout, strata bench locality, {lists} lists x {nodes} nodes, native (4 KiB pages) and emulated"
+            "pass {pass}/{repeat}: layout, strata bench locality, {} lists x {} nodes, native (4 KiB pages) and emulated",
+            largs[3], largs[5]
         ));
         let (native_s, nat) = native_layout(&largs)?;
         let mut emu = Proc::new(toolchain::emu_strata()?);
@@ -468,7 +474,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     let layout_ratio = median(ratios.clone());
     let (sp_n, sp_e) = (median(native_speedups.clone()), median(emulated_speedups.clone()));
     let layout = Layout {
-        args: largs,
+        args: layout_args(&hosts[0], a.quick),
         native_speedups,
         emulated_speedups,
         ratios,
@@ -603,6 +609,22 @@ mod tests {
             let v = 1.0 + (x >> 11) as f64 / (1u64 << 53) as f64 * 99.0; // speed-ups 1..100
             let back: f64 = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
             assert_eq!(back.to_bits(), v.to_bits(), "{v} read back as {back}");
+        }
+    }
+
+    /// The lists fit in half the LLC or span 3 times it, whatever the LLC.
+    #[test]
+    fn layout_lists_are_never_about_the_llc() {
+        for quick in [true, false] {
+            for mib in [8u64, 32, 100, 105, 150, 300, 1024] {
+                let mut host = Machine::preset("m2t", true).unwrap();
+                host.set("llc", &(mib << 20).to_string());
+                let a = layout_args(&host, quick);
+                let (lists, nodes): (u64, u64) = (a[3].parse().unwrap(), a[5].parse().unwrap());
+                assert!(nodes >= if quick { 4000 } else { 8000 });
+                let bytes = lists * nodes * MALLOC_NODE_BYTES;
+                assert!(2 * bytes <= mib << 20 || bytes >= 3 * (mib << 20), "{mib} MiB: {a:?}");
+            }
         }
     }
 
