@@ -428,11 +428,17 @@ fn an_arena_bound_cold_that_heats_moves_up_whole_unless_its_hint_is_pinned() {
         assert!(run["engine"]["objects"].as_u64().unwrap() >= 8 * 1024, "every arena's pages are records: {run}");
         serde_json::from_value(program["placement"].clone()).unwrap()
     };
-    // arena 0 is bound hot, the others cold; arena 5 is hot in the second half
+    // arena 0 is bound hot, the others cold; arena 5 is hot in the second half. The fast tier
+    // holds two arenas: in the first half the hot-bound one and, in the spare place, whichever
+    // of the equally cold arenas the samples rank first (arena 2 on one host, arena 5 in one
+    // CI run: the program's environment moves its stack, and with it the samples)
     let prior = run("prior");
     assert_eq!(prior.len(), 2, "{prior:?}");
-    assert!(prior[0][0] > 0.9 && prior[0][5] < 0.1, "the first half: {prior:?}");
-    assert!(prior[1][5] > 0.9, "the cold-bound arena that heated is fast: {prior:?}");
+    let fast = |half: &[f64]| (0..half.len()).filter(|&k| half[k] > 0.9).collect::<Vec<_>>();
+    let first = fast(&prior[0]);
+    assert!(first.contains(&0) && first.len() <= 2, "the first half: {prior:?}");
+    assert!(prior[0].iter().all(|&s| s < 0.1 || s > 0.9), "arenas move whole: {prior:?}");
+    assert_eq!(fast(&prior[1]), [0, 5], "the cold-bound arena that heated is fast: {prior:?}");
     let pin = run("pin");
     assert!(pin[1][0] > 0.9 && pin[1].iter().skip(1).all(|&s| s < 0.1), "pinned, where the program put it: {pin:?}");
 }
