@@ -204,15 +204,15 @@ fn chase_args(host: &Machine, quick: bool) -> Vec<(&'static str, Vec<String>)> {
 const MALLOC_NODE_BYTES: u64 = 48;
 
 /// The layout benchmark's arguments: 1,024 lists (512 with --quick), so a malloc list's nodes
-/// step the 48 KiB stride the calibration measures (24 KiB). Lists whose malloc nodes together nearly fit in the LLC are
-/// the worst case for a model: on the next round the machine's replacement keeps part of them
-/// and the model's LRU none, or the reverse. A quick run whose 96 MB of lists were about an
-/// Intel Xeon's 105 MiB LLC read a layout ratio of 2.39 in CI, where 300 MiB and 32 MiB LLCs
-/// gave 1.3-1.5. So the lists either fit in half the LLC or span at least 3 times it (more
-/// nodes a list). --quick: 4,000 nodes a list or more (with 2,000 the model's next_to traversal
-/// was 35 % faster than the machine's, 3.5 against 5.5 ns a node, AMD EPYC) and two rounds;
-/// otherwise 8,000 or more and three. 4-8 s a pass with 32 MiB or 300 MiB, 3.4 times that with
-/// 105 MiB (--quick); 1.2 s a 100 MB natively, 3 s emulated.
+/// step the 48 KiB stride the calibration measures (24 KiB). Lists whose malloc nodes together
+/// nearly fit in the LLC are the worst case for a model: on the next round the machine's
+/// replacement keeps part of them and the model's LRU none, or the reverse. A quick run (96 MB
+/// of lists) read a layout ratio of 2.39 in CI on an Intel Xeon whose LLC the log does not
+/// give, where 300 MiB and 32 MiB LLCs gave 1.3-1.5; the other Intel Xeon we know has 105
+/// MiB. So the lists either fit in half the LLC or span at least 3 times it (more nodes a
+/// list). --quick: 4,000 nodes a list or more (with 2,000 the model's next_to traversal was 35 %
+/// faster than the machine's, 3.5 against 5.5 ns a node, AMD EPYC) and two rounds; otherwise
+/// 8,000 or more and three.
 fn layout_args(host: &Machine, quick: bool) -> Vec<String> {
     let llc: u64 = host.get("llc").and_then(|v| v.parse().ok()).unwrap_or(32 << 20);
     let (lists, least, rounds) = if quick { (512, 4000, "2") } else { (1024, 8000, "3") };
