@@ -404,6 +404,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     }
 
     let mut hosts = Vec::new();
+    let mut largs = None;
     let mut chases: Vec<Chase> = Vec::new();
     let (mut native_runs, mut emu_runs, mut accesses) = (Vec::new(), Vec::new(), None);
     let (mut native_speedups, mut emulated_speedups) = (Vec::new(), Vec::new());
@@ -439,7 +440,8 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
             c.ratios.push(emulated / native);
             c.ratio = median(c.ratios.clone());
         }
-        let largs = layout_args(&host, a.quick);
+        // sized by the first pass's LLC (sysfs's: every pass reads the same)
+        let largs = largs.get_or_insert_with(|| layout_args(&host, a.quick)).clone();
         say(&format!(
             "pass {pass}/{repeat}: layout, strata bench locality, {} lists x {} nodes, native (4 KiB pages) and emulated",
             largs[3], largs[5]
@@ -474,7 +476,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
     let layout_ratio = median(ratios.clone());
     let (sp_n, sp_e) = (median(native_speedups.clone()), median(emulated_speedups.clone()));
     let layout = Layout {
-        args: layout_args(&hosts[0], a.quick),
+        args: largs.unwrap_or_default(),
         native_speedups,
         emulated_speedups,
         ratios,

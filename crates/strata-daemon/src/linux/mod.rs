@@ -19,6 +19,7 @@ use strata_policy::{ContextObs, Directive, Node, NodeObs, ObjectObs, PageObs, Ti
 use stratad::config::{MoverConfig, Reserve, TrackerKind};
 use stratad::{Machine, MoveStatus, ProcessObs, Refusal};
 
+use crate::agent::Agent;
 use crate::pidfd::Identity;
 use crate::tracker::{Target, Trackers};
 
@@ -154,14 +155,14 @@ impl Linux {
 
     /// Move pages by this mechanism from now on.
     pub fn set_mover(&mut self, mover: MoverConfig) {
-        self.procs.agent_deadline = Duration::from_millis(mover.agent_deadline_ms);
         self.mover = mover;
     }
 
     /// A process handed over its channel (or said hello without one), and perhaps its agent's
     /// connection: taken if it is still the process that said hello. Whether anything changed.
     pub fn hello(&mut self, who: Identity, channel: Option<File>, agent: Option<UnixStream>) -> bool {
-        self.procs.hello(who, channel, agent)
+        let deadline = Duration::from_millis(self.mover.agent_deadline_ms);
+        self.procs.hello(who, channel, agent.map(|stream| Agent::new(stream, deadline)))
     }
 
     /// When a slower node is short of free memory, every agent drops its shadows (they are

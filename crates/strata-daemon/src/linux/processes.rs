@@ -7,7 +7,6 @@
 //! managed page by page. A process that exits is forgotten (its start time tells a reused pid).
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -90,9 +89,6 @@ pub(crate) struct Processes {
     pub discovery: Duration,
     /// say on stderr why a channel is refused (the daemon does; `strata stats` only lists them)
     pub say_refusals: bool,
-    /// an agent that has not answered a request whole within this is dropped
-    /// (`[mover] agent_deadline_ms`)
-    pub agent_deadline: Duration,
 }
 
 impl Processes {
@@ -103,13 +99,12 @@ impl Processes {
             discovered: None,
             discovery: Duration::from_secs(10),
             say_refusals: false,
-            agent_deadline: Duration::from_millis(stratad::config::MoverConfig::default().agent_deadline_ms),
         }
     }
 
     /// A process handed over its channel (or said hello without one), and perhaps its agent's
     /// connection: taken if it is still the process that said hello. Whether anything changed.
-    pub fn hello(&mut self, who: Identity, channel: Option<File>, agent: Option<UnixStream>) -> bool {
+    pub fn hello(&mut self, who: Identity, channel: Option<File>, agent: Option<Agent>) -> bool {
         let pid = who.pid;
         if pid == std::process::id() || !who.alive() {
             return false;
@@ -130,8 +125,8 @@ impl Processes {
         if p.pidfd.is_none() {
             p.pidfd = Some(who.pidfd);
         }
-        if let Some(stream) = agent {
-            p.agent = Some(Agent::new(stream, self.agent_deadline));
+        if let Some(agent) = agent {
+            p.agent = Some(agent);
             return true;
         }
         handed || !known
