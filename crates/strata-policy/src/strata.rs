@@ -9,8 +9,8 @@
 //! 2. **Known objects move as records** (MAT, [`crate::mat`], by accesses per byte): tracked
 //!    objects are split into records of at most `record_max_fraction` (1/16) of the fast tier
 //!    (MAT's 64 MiB records, scaled to the fast tier), ranked by their sampled LLC misses per
-//!    byte and moved as units, with `hysteresis` (1): a record in the fast tier ranks as if
-//!    twice as hot, so near-ties do not trade places every round, and `min_streak` (3): a record
+//!    byte and moved as units, with `hysteresis` (3): a record in the fast tier ranks as if
+//!    four times as hot, so near-ties do not trade places every round, and `min_streak` (3): a record
 //!    below the fast tier is promoted only once it has been sampled three rounds in a row (a
 //!    burst, such as an array's first fill, is not heat). Each record's residency is counted
 //!    from the round's scan ([`mat::split_records`]). The records' fast set fills
@@ -61,7 +61,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             record_max_fraction: 1.0 / 16.0,
-            hysteresis: 1.0,
+            hysteresis: 3.0,
             headroom: 0.05,
             min_streak: 3,
             min_scans: ambix::Config::default().min_scans,
