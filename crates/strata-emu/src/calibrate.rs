@@ -28,8 +28,9 @@ pub const L1_BASE_NS: f64 = 1.0;
 
 /// The way chases are measured: 2 since every hop is one load instruction ([`hops`]) and a
 /// figure the median of its rounds.
-/// 3 since the pair chase ([`pair_chase`]).
-pub const METHOD: u32 = 3;
+/// 3 since the pair chase ([`pair_chase`]); 4 since the LLC's latency is read at 4 times L2
+/// and a near stride cheaper than memory is within the reach ([`stride_reach`]).
+pub const METHOD: u32 = 4;
 
 /// One cache level as sysfs describes it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug)]
@@ -129,10 +130,26 @@ pub fn stride_mlp(memory_ns: f64, hop_ns: f64, memory_mbps: f64) -> f64 {
     (memory_ns * queueing / hop_ns).max(1.0)
 }
 
+/// A `NEAR_STRIDE` hop with 2 MiB pages that costs less than this share of a memory hop is
+/// cheaper than a miss, prefetched or not (see [`stride_reach`]).
+pub const NEAR: f64 = 0.85;
+
 /// The stride prefetcher's settings from the chases: the largest stride followed with every
-/// smaller one, and whether one of a page or more was.
-pub fn stride_reach(chases: &[StrideChase]) -> (u64, bool) {
-    let reach = chases.iter().take_while(|c| c.followed).last().map_or(0, |c| c.stride);
+/// smaller one, and whether one of a page or more was; at least `NEAR_STRIDE` when its hop with
+/// 2 MiB pages (`near_huge_ns`) costs less than `NEAR` of a memory hop (`memory_ns`).
+///
+/// The model charges a followed stride's miss what that hop costs (`stride_mlp`), and a stride
+/// beyond the reach a whole memory latency. An Intel Xeon host follows no stride beyond 16 KiB
+/// (48 KiB with 4 KiB pages: 0.74 of a random hop), yet its 48 KiB hop with 2 MiB pages cost
+/// 157-200 ns against 210-297 for memory (a DRAM row still open, not a prefetch), and shorter
+/// strides cost less: with the reach at 16 KiB the emulated 48 KiB chase ran at 1.3-1.9 of the
+/// machine's time, and 16 KiB, at 0.47-0.49 of a random hop, moved the reach from one
+/// calibration to the next.
+pub fn stride_reach(chases: &[StrideChase], near_huge_ns: f64, memory_ns: f64) -> (u64, bool) {
+    let mut reach = chases.iter().take_while(|c| c.followed).last().map_or(0, |c| c.stride);
+    if near_huge_ns < NEAR * memory_ns {
+        reach = reach.max(NEAR_STRIDE);
+    }
     (reach, reach >= 4096)
 }
 
@@ -500,9 +517,14 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     say("pointer chases: L1, L2, last-level cache");
     let l1_ns = chase((l1.bytes / 2) as usize, true, 20_000_000)?;
     let l2_ns = chase((l2.bytes / 2) as usize, true, 10_000_000)?;
-    // just beyond L2: on shared or virtualised machines the usable LLC can be far smaller
-    // than sysfs says, and this is what a miss in L2 really costs here
-    let llc_ns = chase((2 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
+    // 4 times L2: on shared or virtualised machines the usable LLC can be far smaller than
+    // sysfs says, and this is what a miss in L2 really costs there. Not 2 times: on an Intel
+    // Xeon host (a Firecracker guest, 2 MiB L2, 300 MiB LLC by sysfs) a chase read 40 ns up to
+    // 4 MiB, 6 MiB 51 or 95 ns from one run to the next, and 122-152 ns from 8 to 256 MiB, so
+    // the 4 MiB chase gave 42 ns in one calibration and 135-155 in others: a model whose LLC
+    // answers in 42 ns ran that host's 32 MiB chase 3 times too fast. On an AMD EPYC (L2 of 0.5
+    // or 1 MiB, 32 MiB LLC) 4 times L2 is well inside the LLC either way.
+    let llc_ns = chase((4 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
     let big = (4 * llc.bytes as usize).max(256 << 20);
     say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
     let (memory_ns, walk_ns) = memory_and_walk(big, 9, 400_000)?;
@@ -532,7 +554,7 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let pair_ns = median_of_rounds(|| pair_chase(&huge, big, 400_000));
     drop(huge);
     let near_small = strides.iter().find(|c| c.stride == NEAR_STRIDE).map_or(random_ns, |c| c.ns_per_hop);
-    let (stride_bytes, stride_pages) = stride_reach(&strides);
+    let (stride_bytes, stride_pages) = stride_reach(&strides, near_stride_huge_ns, memory_ns);
     let line_ns = 64.0 * 1000.0 / stream_mbps;
     Ok(Calibration {
         method: METHOD,
@@ -597,6 +619,13 @@ impl Calibration {
             c.near_stride_huge_ns,
             c.stride_mlp,
             c.walk_near_ns
+        );
+        s += &format!(
+            "stride prefetcher: strides up to {} B cost a {} KiB hop with 2 MiB pages (its reach, or {} KiB when that hop costs under {NEAR} of memory's: {:.2})\n",
+            c.stride_bytes,
+            NEAR_STRIDE >> 10,
+            NEAR_STRIDE >> 10,
+            c.near_stride_huge_ns / c.memory_ns
         );
         s += &format!(
             "each line's 128-byte pair read {PAIR_GAP} pairs later (2 MiB pages): {:.1} ns a hop, {:.2} of memory's, so pair {} (kept below {PAIR_KEPT})\n",
@@ -682,13 +711,31 @@ mod tests {
     #[test]
     fn the_stride_reach_is_the_largest_stride_followed_with_every_smaller_one() {
         let c = |stride, followed| StrideChase { stride, ns_per_hop: 0.0, followed };
-        // Intel-like: within the page only
-        assert_eq!(stride_reach(&[c(128, true), c(2048, true), c(4096, false), c(49152, false)]), (2048, false));
+        // the 48 KiB hop with 2 MiB pages as dear as memory: the followed strides alone
+        let reach = |chases: &[StrideChase]| stride_reach(chases, 250.0, 250.0);
+        // within the page only
+        assert_eq!(reach(&[c(128, true), c(2048, true), c(4096, false), c(49152, false)]), (2048, false));
         // AMD-like: across pages, far
-        assert_eq!(stride_reach(&[c(128, true), c(4096, true), c(49152, true), c(65536, false)]), (49152, true));
+        assert_eq!(reach(&[c(128, true), c(4096, true), c(49152, true), c(65536, false)]), (49152, true));
         // a large stride that happened to be fast beyond a gap does not count
-        assert_eq!(stride_reach(&[c(128, true), c(256, false), c(49152, true)]), (128, false));
-        assert_eq!(stride_reach(&[c(128, false)]), (0, false));
+        assert_eq!(reach(&[c(128, true), c(256, false), c(49152, true)]), (128, false));
+        assert_eq!(reach(&[c(128, false)]), (0, false));
+    }
+
+    #[test]
+    fn a_near_stride_cheaper_than_memory_is_within_the_reach() {
+        let c = |stride, followed| StrideChase { stride, ns_per_hop: 0.0, followed };
+        // Intel Xeon host: 16 KiB followed (or, in another calibration, not), 48 KiB with 2 MiB
+        // pages at 0.67 of memory
+        let intel = [c(128, true), c(16384, true), c(49152, false), c(65536, false)];
+        assert_eq!(stride_reach(&intel, 200.0, 297.0), (NEAR_STRIDE, true));
+        let flipped = [c(128, true), c(8192, true), c(16384, false), c(49152, false)];
+        assert_eq!(stride_reach(&flipped, 200.0, 297.0), (NEAR_STRIDE, true));
+        // at NEAR of memory or above, the reach is the followed strides'
+        assert_eq!(stride_reach(&intel, NEAR * 297.0, 297.0), (16384, true));
+        // a reach beyond it stays
+        let far = [c(128, true), c(49152, true), c(65536, true), c(262144, false)];
+        assert_eq!(stride_reach(&far, 14.5, 258.0), (65536, true));
     }
 
     #[test]
