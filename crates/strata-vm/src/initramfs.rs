@@ -50,6 +50,12 @@ echo 2 > /proc/sys/kernel/numa_balancing || fail "numa_balancing=2"
 mount -t debugfs debugfs /sys/kernel/debug
 for k in scan_delay_ms scan_period_min_ms; do echo 100 > /sys/kernel/debug/sched/numa_balancing/$k; done
 "#;
+    } else {
+        // Without it the kernel is not a mover: a 6.12 guest, whose node 1 is there at boot,
+        // starts with numa_balancing=1, which moved a hot set from node 1 to node 0 before the
+        // daemon did (a guest test found no agent commits, the pages promoted all the same)
+        s += r#"if [ -e /proc/sys/kernel/numa_balancing ]; then echo 0 > /proc/sys/kernel/numa_balancing || fail "numa_balancing=0"; fi
+"#;
     }
     s += &format!("echo {READY}\ncd /tmp\n/bin/sh /strata-cmd\necho \"{EXIT} $?\"\npoweroff -f\n");
     s
@@ -136,7 +142,7 @@ mod tests {
     #[test]
     fn the_init_script_reports_ready_and_the_exit_status() {
         let s = init_script(false);
-        assert!(s.contains(READY) && s.contains(EXIT) && !s.contains("numa_balancing"));
+        assert!(s.contains(READY) && s.contains(EXIT) && s.contains("echo 0 > /proc/sys/kernel/numa_balancing"));
         assert!(init_script(true).contains("echo 2 > /proc/sys/kernel/numa_balancing"));
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
     }

@@ -65,7 +65,8 @@ pub struct Options {
     #[arg(long, default_value = "20480,8192", value_delimiter = ',', num_args = 2)]
     pub bandwidth_mbps: Vec<u32>,
     /// Switch on the kernel's own tiering in the guest: demotion and numa_balancing=2
-    /// (TPP-style promotion), with 100 ms scan periods so it acts within seconds
+    /// (TPP-style promotion), with 100 ms scan periods so it acts within seconds (without it,
+    /// numa_balancing=0: the kernel moves no page between the nodes)
     #[arg(long)]
     pub kernel_tiering: bool,
     /// Copy a host file into the guest at the same absolute path (repeatable)
