@@ -237,11 +237,11 @@ DESTDIR    ?=
 STRIP_FLAG ?=
 VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 DEB_ARCH   := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-INSTALLED_LIBS := $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so target/release/libstratad.so
+INSTALLED_LIBS := $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so target/release/libstratad_emu.so
 I := $(DESTDIR)$(PREFIX)
 
 install: $(BUILD)/libstrata.a $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so
-	@test -x target/release/strata -a -f target/release/libstratad.so || { echo "run make first (target/release/strata)"; exit 1; }
+	@test -x target/release/strata -a -f target/release/libstratad_emu.so || { echo "run make first (target/release/strata)"; exit 1; }
 	install -d $(I)/bin $(I)/lib/pkgconfig $(I)/include $(I)/share/man/man1 $(I)/share/strata/examples \
 	  $(I)/share/doc/strata $(I)/share/bash-completion/completions $(I)/share/zsh/vendor-completions \
 	  $(I)/share/fish/vendor_completions.d $(I)/lib/systemd/system $(DESTDIR)$(SYSCONFDIR)/strata
@@ -268,7 +268,7 @@ install: $(BUILD)/libstrata.a $(BUILD)/libstrata.so $(BUILD)/libstrata_emu.so
 	test -e $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml || install -m 644 examples/strata.toml $(DESTDIR)$(SYSCONFDIR)/strata/strata.toml
 
 uninstall:
-	rm -f $(I)/bin/strata $(I)/lib/libstrata.so $(I)/lib/libstrata.a $(I)/lib/libstrata_emu.so $(I)/lib/libstratad.so \
+	rm -f $(I)/bin/strata $(I)/lib/libstrata.so $(I)/lib/libstrata.a $(I)/lib/libstrata_emu.so $(I)/lib/libstratad_emu.so \
 	  $(I)/include/strata.h $(I)/include/strata_channel.h $(I)/include/strata_emu.h $(I)/lib/pkgconfig/strata.pc \
 	  $(I)/share/man/man1/strata.1 $(I)/share/man/man1/strata-*.1 $(I)/share/bash-completion/completions/strata \
 	  $(I)/share/zsh/vendor-completions/_strata $(I)/share/fish/vendor_completions.d/strata.fish \

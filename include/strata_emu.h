@@ -116,7 +116,7 @@ STRATA_EMU_API int strata_emu_nodes(strata_emu_node_t *out, int n);
  * library is not instrumented, and its bulk copies are not counted); what it costs the
  * program is what it asks of the emulated machine (walks charge background time, moves are
  * background moves with their bandwidth and TLB shootdowns). At exit, report's JSON object goes
- * into the report as "engine". stratad's cdylib (libstratad.so) is such a library. */
+ * into the report as "engine". libstratad_emu.so (the stratad-emu crate) is such a library. */
 typedef struct strata_emu_engine_s {
   uint64_t period_ns;
   void (*tick)(void *arg);

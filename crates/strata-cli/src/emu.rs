@@ -109,7 +109,7 @@ pub struct RunArgs {
     machine: MachineArgs,
     /// Run a tiering policy inside the program on its simulated time: first-touch, ambix, mat
     /// (mat:fifo, mat:lru, mat:apb), proactive, hmalloc, dram-first, strata, or the field's damon,
-    /// memtierd, hybridtier. The engine (libstratad.so) observes the program every round and
+    /// memtierd, hybridtier. The engine (libstratad_emu.so) observes the program every round and
     /// moves its pages (docs/tiering.md)
     #[arg(long, value_name = "NAME")]
     policy: Option<String>,
@@ -123,6 +123,10 @@ pub struct RunArgs {
     /// preloaded
     #[arg(long, value_parser = ["strata", "glibc"], default_value = "strata", requires = "policy")]
     allocator: String,
+    /// Write the engine's trace to FILE: a JSON line every round (simulated ms, bytes promoted
+    /// and demoted so far, the fast tier's free bytes; docs/tiering.md "Tracing a run")
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    trace: Option<std::path::PathBuf>,
     #[command(flatten)]
     out: Output,
     /// The instrumented program and its arguments
@@ -258,6 +262,10 @@ fn emu_run(a: RunArgs) -> anyhow::Result<i32> {
     c.args(&a.command[1..]);
     if let Some(e) = &engine {
         c.envs(e.env());
+        if let Some(t) = &a.trace {
+            std::fs::File::create(t).with_context(|| format!("--trace {}", t.display()))?;
+            c.env(stratad::emulated::TRACE_ENV, std::fs::canonicalize(t)?);
+        }
         if a.allocator == "strata" && std::env::var_os("LD_PRELOAD").is_none() {
             let lib = strata_util::find_built("libstrata.so", Some("STRATA_LIB"), "make lib")?;
             c.env("LD_PRELOAD", lib);

@@ -51,7 +51,7 @@ fn make_install_puts_a_working_tool_under_its_prefix() {
         "bin/strata",
         "lib/libstrata.so",
         "lib/libstrata.a",
-        "lib/libstratad.so",
+        "lib/libstratad_emu.so",
         "lib/libstrata_emu.so",
         "include/strata.h",
         "lib/pkgconfig/strata.pc",

@@ -160,6 +160,7 @@ fn bad_policies_and_configurations_are_refused_by_name() {
 
 #[test]
 fn a_small_tiering_matrix_has_the_documented_rows() {
+    let traces = std::env::temp_dir().join(format!("strata-tiering-test-{}-traces", std::process::id()));
     let o = strata()
         .args([
             "bench",
@@ -176,7 +177,9 @@ fn a_small_tiering_matrix_has_the_documented_rows() {
             "1",
             "--fast-ratio",
             "0.25",
+            "--trace",
         ])
+        .arg(&traces)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -225,6 +228,35 @@ fn a_small_tiering_matrix_has_the_documented_rows() {
     let ft = rows.iter().find(|r| r["policy"] == "first-touch").unwrap();
     assert_eq!(ft["migrated_bytes"], 0);
     assert_eq!(ft["speedup_over_first_touch"], 1.0);
+
+    // --trace: a file for each engine policy's run (none for the kernel's modes), a line a
+    // round with the engine's totals so far, and the workload's measured phase
+    let mut files: Vec<String> =
+        std::fs::read_dir(&traces).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    let fast_mib = ambix["fast_bytes"].as_u64().unwrap() >> 20;
+    let expect: Vec<String> = ["ambix", "hmalloc", "mat:apb", "strata"]
+        .iter()
+        .map(|p| format!("cold-first-{p}-{fast_mib}MiB.jsonl"))
+        .collect();
+    assert_eq!(files, expect);
+    let text = std::fs::read_to_string(traces.join(&expect[0])).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rounds: Vec<&Value> = lines.iter().filter(|l| l.get("round").is_some()).collect();
+    assert!(rounds.len() > 10, "{text}");
+    for w in rounds.windows(2) {
+        assert!(w[1]["ms"].as_f64() > w[0]["ms"].as_f64() && w[1]["round"].as_u64() > w[0]["round"].as_u64());
+        assert!(w[1]["promoted_bytes"].as_u64() >= w[0]["promoted_bytes"].as_u64());
+    }
+    let last = rounds.last().unwrap();
+    assert_eq!(last["promoted_bytes"], ambix["promoted_bytes"], "{last}");
+    assert_eq!(last["demoted_bytes"], ambix["demoted_bytes"], "{last}");
+    assert!(last["fast_free_bytes"].as_u64() <= last["fast_capacity_bytes"].as_u64());
+    let phase: Vec<&Value> = lines.iter().filter(|l| l["phase"] == "measured").collect();
+    assert_eq!(phase.len(), 1, "{text}");
+    let (from, to) = (phase[0]["from_ms"].as_f64().unwrap(), phase[0]["to_ms"].as_f64().unwrap());
+    assert!(0.0 < from && from < to && to <= last["ms"].as_f64().unwrap() + 1.0, "{}", phase[0]);
+    let _ = std::fs::remove_dir_all(&traces);
 }
 
 /// The moves Nomad makes (the nomad kernel mode) and libstrata's agent makes (an engine policy
@@ -473,4 +505,30 @@ fn a_contexts_small_objects_are_blocks_that_a_policy_of_records_moves() {
     assert!(engine["directives_set"].as_u64().unwrap() > 0, "{engine}");
     let cold = sites[..6].iter().sum::<f64>() / 6.0;
     assert!((sites[6] + sites[7]) / 2.0 > cold + 0.25, "born where their heat says: {sites:?}");
+}
+
+/// The engine stands for a daemon on a core of its own: its allocations are not the program's.
+/// Two setups that differ only in their configuration file's text (`strata` and
+/// `strata@hysteresis=3`, its default) give the same run, and the engine's objects are
+/// cold-first's own two (the table and the index). Through the program's malloc its buffers
+/// were objects and contexts of the program (seven objects, and a figure that moved with the
+/// file's text).
+#[test]
+fn the_engines_own_allocations_are_not_the_programs_objects() {
+    let o = strata()
+        .args(["bench", "tiering", "--json", "-q", "--workloads", "cold-first", "--size-mb", "8", "--period-ms", "1"])
+        .args(["--fast-ratio", "0.25", "--policies", "strata,strata@hysteresis=3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |p: &str| v["rows"].as_array().unwrap().iter().find(|r| r["policy"] == p).unwrap().clone();
+    let (a, b) = (row("strata"), row("strata@hysteresis=3"));
+    assert_eq!(a["engine"]["objects"], 2, "{}", a["engine"]);
+    for k in ["figure", "promoted_bytes", "demoted_bytes", "llc_misses", "fast_accesses"] {
+        assert_eq!(a[k], b[k], "{k}");
+    }
+    for k in ["rounds", "objects", "contexts", "samples", "directives_set"] {
+        assert_eq!(a["engine"][k], b["engine"][k], "engine.{k}");
+    }
 }

@@ -2,12 +2,14 @@
 //! `include/strata_emu.h`. The functions are looked up when the engine starts (they exist only
 //! in a program linked with libstrata_emu.so), so this crate links into native programs too.
 //!
-//! [`strata_engine_start`] is the entry point of this crate's cdylib, `libstratad.so`: when
-//! `$STRATA_ENGINE_LIB` names it, the emulator loads it and calls it, and then calls the engine's
+//! [`start_engine`] is what the entry point of `libstratad_emu.so` (the stratad-emu crate) does:
+//! when `$STRATA_ENGINE_LIB` names that library, the emulator loads it and calls it, and then calls the engine's
 //! tick every scanner period of simulated time. The engine runs as if on a core of its own: its
 //! instructions and memory accesses are not the program's; the emulator charges what the
 //! engine costs the program explicitly (the walk's time, moves as background moves).
-//! `$STRATA_ENGINE_POLICY` names the policy, `$STRATA_ENGINE_CONFIG` a configuration file.
+//! `$STRATA_ENGINE_POLICY` names the policy, `$STRATA_ENGINE_CONFIG` a configuration file,
+//! and `$STRATA_ENGINE_TRACE` (optional) a file the engine appends a JSON line to every round:
+//! its moves so far and the fast tier's room ([`TraceLine`]).
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::Mutex;
 
@@ -307,7 +309,7 @@ impl Machine for EmulatedMachine {
 /// reads (what `strata emu run --policy` and `strata bench tiering` set).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineSpec {
-    /// libstratad.so
+    /// libstratad_emu.so
     pub lib: std::path::PathBuf,
     pub policy: String,
     /// the engine's configuration file, checked
@@ -320,16 +322,19 @@ pub struct EngineSpec {
 
 impl EngineSpec {
     /// The engine of `policy` with `config` (checked now, so a bad key is refused before
-    /// anything runs), from the libstratad.so beside this binary (or `$STRATA_ENGINE_LIB`).
+    /// anything runs), from the libstratad_emu.so beside this binary (or `$STRATA_ENGINE_LIB`).
     pub fn new(policy: &str, config: Option<&std::path::Path>) -> Result<EngineSpec, Error> {
         let cfg = match config {
             Some(p) => Config::load(p, policy)?,
             None => Config::default().check(policy).map(|()| Config::default())?,
         };
         let directive = cfg.make_policy(policy)?.process_directive();
-        let lib =
-            strata_util::find_built("libstratad.so", Some("STRATA_ENGINE_LIB"), "cargo build --release -p stratad")
-                .map_err(|e| Error::Machine(e.to_string()))?;
+        let lib = strata_util::find_built(
+            "libstratad_emu.so",
+            Some("STRATA_ENGINE_LIB"),
+            "cargo build --release -p stratad-emu",
+        )
+        .map_err(|e| Error::Machine(e.to_string()))?;
         let period_ms = cfg.scanner.period_ms;
         let config = config.map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
         Ok(EngineSpec { lib, policy: policy.into(), config, directive, period_ms })
@@ -369,6 +374,48 @@ struct Running {
     engine: Engine,
     machine: EmulatedMachine,
     report: CString,
+    /// `$STRATA_ENGINE_TRACE`, open for appending
+    trace: Option<std::fs::File>,
+}
+
+/// The variable naming the round-by-round trace (`strata emu run --trace`, `strata bench
+/// tiering --trace`); the benchmark's workloads append their measured phase to the same file.
+pub const TRACE_ENV: &str = "STRATA_ENGINE_TRACE";
+
+/// One line of the trace, after a round: simulated time and the engine's totals so far.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct TraceLine {
+    /// simulated time, ms
+    pub ms: f64,
+    pub round: u64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    pub pingpong_pages: u64,
+    pub fast_capacity_bytes: u64,
+    pub fast_free_bytes: u64,
+}
+
+impl Running {
+    /// The round's line of the trace; a failed write ends the trace, with one message.
+    fn trace(&mut self) {
+        let Some(f) = &mut self.trace else { return };
+        let s = self.engine.stats();
+        let fast = s.tiers.iter().find(|t| t.tier == 0);
+        let line = TraceLine {
+            ms: self.machine.now_ns() as f64 / 1e6,
+            round: s.rounds,
+            promoted_bytes: s.promoted_bytes,
+            demoted_bytes: s.demoted_bytes,
+            pingpong_pages: s.pingpong_pages,
+            fast_capacity_bytes: fast.map_or(0, |t| t.capacity_bytes),
+            fast_free_bytes: fast.map_or(0, |t| t.free_bytes),
+        };
+        let text = serde_json::to_string(&line).expect("a trace line serializes") + "\n";
+        if let Err(e) = std::io::Write::write_all(f, text.as_bytes()) {
+            eprintln!("stratad: the trace stops: {e}");
+            self.trace = None;
+        }
+    }
 }
 
 /// The engine of `$STRATA_ENGINE_POLICY` with `$STRATA_ENGINE_CONFIG`, on this machine.
@@ -379,18 +426,28 @@ fn start() -> Result<Running, Error> {
         Some(p) => Config::load(std::path::Path::new(&p), &policy)?,
         None => Config::default(),
     };
+    let trace = match std::env::var_os(TRACE_ENV) {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&p)
+                .map_err(|e| Error::Config(format!("{TRACE_ENV}={}: {e}", p.to_string_lossy())))?,
+        ),
+        None => None,
+    };
     let mut machine = EmulatedMachine::connect()?;
     machine.transactional = cfg.mover.mechanism == crate::config::Mechanism::Transactional;
-    Ok(Running { engine: Engine::new(&policy, cfg, &mut machine)?, machine, report: CString::default() })
+    Ok(Running { engine: Engine::new(&policy, cfg, &mut machine)?, machine, report: CString::default(), trace })
 }
 
-/// The engine library's entry point: start the engine, fill in its hooks; 0, or -1 with the
-/// reason in err.
+/// What the engine library's entry point does (`strata_engine_start` of the stratad-emu crate,
+/// which gives the engine its own heap): start the engine, fill in its hooks; 0, or -1 with
+/// the reason in err.
 ///
 /// # Safety
 /// `hooks` points to a strata_emu_engine_t and `err` to `errlen` bytes (the emulator's).
-#[no_mangle]
-pub unsafe extern "C" fn strata_engine_start(hooks: *mut EngineHooks, err: *mut c_char, errlen: usize) -> c_int {
+pub unsafe fn start_engine(hooks: *mut EngineHooks, err: *mut c_char, errlen: usize) -> c_int {
     match std::panic::catch_unwind(start) {
         Ok(Ok(r)) => {
             let period_ns = r.engine.period_ns();
@@ -423,6 +480,7 @@ unsafe extern "C" fn tick(arg: *mut c_void) {
         if let Ok(mut g) = r.try_lock() {
             let Running { engine, machine, .. } = &mut *g;
             engine.tick(machine);
+            g.trace();
         }
     });
 }

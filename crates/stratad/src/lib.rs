@@ -10,8 +10,9 @@
 //! [`Machine`] is the seam: the emulated machine ([`emulated`], inside an emulated program,
 //! on simulated time) and real Linux (`strata_daemon::linux`, the live daemon's) implement it. [`Engine::tick`]
 //! is one round; on the emulated machine the emulator calls it every scanner period of
-//! simulated time, through the C entry point `strata_engine_start` of this crate's cdylib
-//! (`libstratad.so`), which the emulator loads when `$STRATA_ENGINE_LIB` names it.
+//! simulated time, through the C entry point `strata_engine_start` of `libstratad_emu.so` (the
+//! stratad-emu crate: this engine on a heap of its own), which the emulator loads when
+//! `$STRATA_ENGINE_LIB` names it.
 pub mod cgroup;
 pub mod channel;
 pub mod config;

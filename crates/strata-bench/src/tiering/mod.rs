@@ -6,7 +6,7 @@
 //! for each fast tier (a fraction of the footprint: MAT's 12.5, 25 and 50 %) under each policy:
 //! `first-touch` (nothing moves), `tpp` (the emulated kernel's hint-fault tiering) and every
 //! policy of the engine's registry (`ambix`, ...), which runs inside the program on its
-//! simulated time (stratad's libstratad.so). The engine's rounds and tpp's scans share one
+//! simulated time (stratad-emu's libstratad_emu.so). The engine's rounds and tpp's scans share one
 //! period (`--period-ms`), so the two see the program equally often. Real programs
 //! ([`real`]: Debian's Redis, memcached and LIBLINEAR) run the same way, driven from here.
 pub mod field;
@@ -107,6 +107,12 @@ pub struct Options {
     /// point on every workload and ratio
     #[arg(long, value_name = "POLICY.KEY=V1,V2,...")]
     pub sweep: Vec<String>,
+    /// Write each engine policy's round-by-round trace into DIR, a file a run
+    /// (WORKLOAD-POLICY-FASTMiB.jsonl): a JSON line every round (simulated ms, bytes promoted and
+    /// demoted so far, the fast tier's free bytes) and the workload's measured phase
+    /// (docs/tiering.md "Tracing a run")
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
 }
 
 /// The setups of `--sweep`s: POLICY@KEY=V for each value, for a policy among `setups`.
@@ -180,6 +186,7 @@ impl SuiteOptions {
             jobs: self.jobs,
             graph_ratio: Some(0.0625),
             sweep: Vec::new(),
+            trace: None,
         }
     }
 }
@@ -204,6 +211,15 @@ pub(crate) enum Setup {
     Kernel(Kernel),
     /// an engine policy, and whether its mover is Strata's transactional one
     Engine(String, bool),
+}
+
+/// A run's trace in `dir` (`--trace`), created empty: WORKLOAD-POLICY-FASTMiB.jsonl, with a
+/// policy's `/` as `_` (`ambix_transactional`); its absolute path.
+fn trace_file(dir: &Path, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<PathBuf, Error> {
+    let name = format!("{workload}-{}-{}MiB.jsonl", setup.name().replace('/', "_"), fast_bytes >> 20);
+    let file = std::path::absolute(dir.join(name)).map_err(|e| failed(e.to_string()))?;
+    std::fs::File::create(&file).map_err(|e| failed(format!("--trace: {}: {e}", file.display())))?;
+    Ok(file)
 }
 
 /// The suffix of an engine policy whose moves are transactional (`ambix/transactional`).
@@ -546,6 +562,9 @@ impl<'a> Matrix<'a> {
             a.size_mb as f64,
         )?;
         let engine = EngineFiles::write(cfg, setups)?;
+        if let Some(dir) = &a.trace {
+            std::fs::create_dir_all(dir).map_err(|e| failed(format!("--trace {}: {e}", dir.display())))?;
+        }
         let jobs = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         ensure(jobs > 0, || "--jobs must be positive".into())?;
         let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().map_err(|e| failed(e.to_string()))?;
@@ -554,6 +573,9 @@ impl<'a> Matrix<'a> {
 
     fn run(&self, workload: &str, setup: &Setup, fast_bytes: u64) -> Result<Ran, Error> {
         let (m, mut env) = setup.prepare(&self.machine, fast_bytes, &self.engine)?;
+        if let (Some(dir), Setup::Engine(..)) = (&self.opts.trace, setup) {
+            env.push((stratad::emulated::TRACE_ENV.into(), trace_file(dir, workload, setup, fast_bytes)?.into()));
+        }
         if let Some(lib) = &self.preload {
             env.push(("LD_PRELOAD".into(), lib.into()));
         }

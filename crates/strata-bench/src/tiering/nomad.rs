@@ -217,6 +217,7 @@ pub fn bench(a: &Options, progress: Progress) -> Result<Report, Error> {
         jobs: a.jobs,
         graph_ratio: None,
         sweep: Vec::new(),
+        trace: None,
     };
     let mx = Matrix::new(&opts, &setups, progress)?;
     let fast = ((a.fast_mb << 20) as f64 * (1.0 - a.system_gb / PAPER_FAST_GB)) as u64 / 4096 * 4096;
