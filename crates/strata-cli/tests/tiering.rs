@@ -95,10 +95,14 @@ fn an_engine_policy_runs_in_the_program_and_two_runs_give_the_same_counts() {
 #[test]
 fn emu_run_gives_object_policies_the_programs_objects_and_says_when_no_round_ran() {
     let cfg = config("objects", "[scanner]\nperiod_ms = 1.0\n");
+    // --trace empties its file first: what was there is gone
+    let trace = config("objects-trace", "not a trace line\n");
     let run = |allocator: &str| {
         let o = strata()
             .args(["emu", "run", "--json", "-q", "--preset", "m2t-4m", "--fast-ratio", "0.25"])
-            .args(["--policy", "mat:apb", "--allocator", allocator, "--policy-config"])
+            .args(["--policy", "mat:apb", "--allocator", allocator, "--trace"])
+            .arg(&trace)
+            .arg("--policy-config")
             .arg(&cfg)
             .arg("--")
             .arg(emu_strata())
@@ -108,11 +112,20 @@ fn emu_run_gives_object_policies_the_programs_objects_and_says_when_no_round_ran
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice::<Value>(&o.stdout).unwrap()["engine"].clone()
     };
-    let (strata_malloc, glibc) = (run("strata"), run("glibc"));
+    let strata_malloc = run("strata");
+    // the trace of that run: a line a round, the last with the report's totals, and the phase
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = lines.iter().rfind(|l| l.get("round").is_some()).unwrap();
+    assert_eq!(last["round"], strata_malloc["rounds"], "{text}");
+    assert_eq!(last["promoted_bytes"], strata_malloc["promoted_bytes"], "{text}");
+    assert_eq!(lines.iter().filter(|l| l["phase"] == "measured").count(), 1, "{text}");
+    let glibc = run("glibc");
     assert!(strata_malloc["objects"].as_u64() > Some(0), "{strata_malloc}");
     assert!(strata_malloc["migrated_bytes"].as_u64() > Some(0), "MAT moved records: {strata_malloc}");
     assert_eq!(glibc["objects"], 0, "{glibc}");
     let _ = std::fs::remove_file(cfg);
+    let _ = std::fs::remove_file(trace);
     // the default period, a simulated second, is longer than this program
     let o = strata()
         .args(["emu", "run", "--preset", "m2t-4m", "--policy", "ambix", "--"])

@@ -383,7 +383,7 @@ struct Running {
 pub const TRACE_ENV: &str = "STRATA_ENGINE_TRACE";
 
 /// One line of the trace, after a round: simulated time and the engine's totals so far.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize)]
 pub struct TraceLine {
     /// simulated time, ms
     pub ms: f64,
@@ -393,6 +393,29 @@ pub struct TraceLine {
     pub pingpong_pages: u64,
     pub fast_capacity_bytes: u64,
     pub fast_free_bytes: u64,
+}
+
+/// The trace's other line: a benchmark workload's measured phase, simulated ms.
+#[derive(Debug, serde::Serialize)]
+struct TracePhase {
+    phase: &'static str,
+    from_ms: f64,
+    to_ms: f64,
+}
+
+/// Append the measured phase (from and to, simulated ns) to `$STRATA_ENGINE_TRACE`, if the run
+/// is traced; the workload calls it after its phase, so the phase itself is untouched.
+pub fn trace_phase(from_ns: u64, to_ns: u64) {
+    let Some(path) = std::env::var_os(TRACE_ENV) else { return };
+    let line = TracePhase { phase: "measured", from_ms: from_ns as f64 / 1e6, to_ms: to_ns as f64 / 1e6 };
+    let text = serde_json::to_string(&line).expect("a trace line serializes") + "\n";
+    let written = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("the trace's measured phase was not written to {}: {e}", path.to_string_lossy());
+    }
 }
 
 impl Running {

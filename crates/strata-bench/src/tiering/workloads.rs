@@ -94,26 +94,12 @@ fn filled(n: usize, seed: u64) -> Vec<u64> {
     v
 }
 
-/// The measured phase, from and to (simulated ns), as a line of the engine's trace where there
-/// is one (`--trace`), written after the phase so that the phase itself is untouched.
-fn trace_phase(from_ns: u64, to_ns: u64) {
-    let Some(path) = std::env::var_os(stratad::emulated::TRACE_ENV) else { return };
-    let line = serde_json::json!({"phase": "measured", "from_ms": from_ns as f64 / 1e6, "to_ms": to_ns as f64 / 1e6});
-    let written = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
-    if let Err(e) = written {
-        eprintln!("the trace's measured phase was not written to {}: {e}", path.to_string_lossy());
-    }
-}
-
 /// Time the measured phase on the machine's clock (simulated when emulated).
 pub(crate) fn timed(workload: &str, ops: u64, allocated_bytes: u64, f: impl FnOnce() -> u64) -> Outcome {
     let t = strata::now_ns();
     let checksum = std::hint::black_box(f());
     let ns = (strata::now_ns() - t).max(1);
-    trace_phase(t, t + ns);
+    stratad::emulated::trace_phase(t, t + ns);
     Outcome {
         workload: workload.into(),
         ops,
