@@ -44,7 +44,9 @@ pub struct Emulated {
     started: Instant,
 }
 
-/// Start `cmd` on machine `m`, as `run_emulated` runs it; its stdio is what `cmd` says.
+/// Start `cmd` on machine `m`, as `run_emulated` runs it; its stdio is what `cmd` says. The
+/// program is killed when the calling thread ends (`strata_util::dies_with_parent`): wait for it
+/// on this thread.
 pub fn spawn_emulated(m: &Machine, cmd: &mut Command) -> Result<Emulated, Error> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let report = std::env::temp_dir().join(format!(
@@ -55,6 +57,7 @@ pub fn spawn_emulated(m: &Machine, cmd: &mut Command) -> Result<Emulated, Error>
     let _ = std::fs::remove_file(&report);
     cmd.env("STRATA_EMU", m.env()).env("STRATA_EMU_REPORT", &report);
     pin_stack(cmd);
+    strata_util::dies_with_parent(cmd);
     unsafe {
         cmd.pre_exec(|| {
             libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong);

@@ -57,3 +57,29 @@ fn snapshots_count_the_phases_before_them() {
     assert!(end.report.sim_ns > first.sim_ns);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A program started on the emulated machine does not outlive what started it: killed (as
+/// `kill` of `strata bench` or `strata emu run` would), the thread that started it ends, and
+/// so does the program, long before its own end.
+#[test]
+fn a_program_dies_with_the_thread_that_started_it() {
+    let m = Machine::preset("m2t", true).unwrap();
+    let mut run = std::thread::spawn(move || {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600");
+        spawn_emulated(&m, &mut cmd).unwrap()
+    })
+    .join()
+    .unwrap();
+    // its status comes as soon as the kernel delivers the signal; the bound is only a stop
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = run.try_status() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(300), "sleep 600 outlived the thread that started it");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+}

@@ -6,6 +6,7 @@
 //! - [`XorShift`]: the seeded pseudo-random stream workloads and fuzz tests draw from;
 //! - [`Progress`]: progress lines on stderr, never mixed into data on stdout;
 //! - [`find_built`]: where `make` put a library or program;
+//! - [`dies_with_parent`]: a child that does not outlive the command that started it;
 //! - [`Host`]: the machine a figure was measured on (CPU model first: figures are meaningless
 //!   without it).
 pub mod size;
@@ -63,6 +64,29 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Have the program `cmd` starts killed (SIGKILL) when the thread that starts it ends, which is
+/// when this process ends, however it ends: a program run for a result (an emulated run, a
+/// benchmark's workload) must not outlive the command waiting for it (`kill` of `strata bench`
+/// left its workloads running to the end). So the thread that starts it must be the one that
+/// waits for it.
+pub fn dies_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the hook calls only async-signal-safe functions (prctl, getppid, raise).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL); // the parent ended before the prctl
+            }
+            Ok(())
+        });
     }
 }
 
