@@ -25,7 +25,8 @@
 //!    seldom meets `min_streak`, while its pages' accessed bits are seen every scan.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
-//!    and moved with Ambix's rules (a ranking cut, `min_scans` (10) scans between moves) in what
+//!    and moved with Ambix's rules (a ranking cut, `min_scans` scans between moves; 11, one more
+//!    than Ambix's 10, so a moved page outlives the ping-pong window: docs/tiering.md#ping-pong) in what
 //!    the records' fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
 use serde::Deserialize;
@@ -44,7 +45,8 @@ pub struct Config {
     /// a record below the fast tier is promoted only once it has been sampled this many rounds
     /// in a row
     pub min_streak: u32,
-    /// the pages' part: scans of a page before it may move (Ambix's `min_scans`, 10)
+    /// the pages' part: scans of a page before it may move (11: Ambix's 10 is the ping-pong
+    /// window's last period, so a page demoted at its first chance counts as ping-pong)
     pub min_scans: u32,
     /// the arenas the program bound: `prior` (each moves as one unit, its binding weighing its
     /// rank), `pin` (each stays where the program put it) or `ignore` (their pages are paged, as
@@ -64,7 +66,7 @@ impl Default for Config {
             hysteresis: 3.0,
             headroom: 0.05,
             min_streak: 3,
-            min_scans: ambix::Config::default().min_scans,
+            min_scans: 11,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
@@ -366,9 +368,9 @@ mod tests {
 
     #[test]
     fn the_pages_part_waits_min_scans_before_a_move() {
-        let ten = first_page_promotion(Config::default()).expect("promoted within 20 rounds");
+        let eleven = first_page_promotion(Config::default()).expect("promoted within 20 rounds");
         let three = first_page_promotion(Config { min_scans: 3, ..Config::default() }).expect("promoted");
-        assert_eq!(ten - three, 7, "ten scans against three: rounds {ten} and {three}");
+        assert_eq!(eleven - three, 8, "eleven scans against three: rounds {eleven} and {three}");
     }
 
     /// A small machine that carries the moves out: demotions first (as the engine's mover),
