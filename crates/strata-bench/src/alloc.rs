@@ -228,10 +228,9 @@ impl Runner {
             Runner::Here(a) => Ok(f(*a, ops)),
             Runner::Preloaded(lib, env) => {
                 let exe = std::env::current_exe().map_err(io("finding this program"))?;
-                let out = Command::new(exe)
-                    .args(["bench", "alloc", "--child-rate", bench, "--ops", &ops.to_string()])
-                    .env("LD_PRELOAD", lib)
-                    .envs(env.iter().copied())
+                let mut child = Command::new(exe);
+                child.args(["bench", "alloc", "--child-rate", bench, "--ops", &ops.to_string()]);
+                let out = strata_util::dies_with_parent(child.env("LD_PRELOAD", lib).envs(env.iter().copied()))
                     .output()
                     .map_err(io("running the preloaded benchmark child"))?;
                 if !out.status.success() {

@@ -15,12 +15,12 @@
 //!   many rounds it took, not how fast a real machine would be.
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use strata_util::size::{format as bytes, parse as parse_size};
-use strata_util::{find_built, Progress};
+use strata_util::{find_built, Owned, Progress};
 
 use crate::{ensure, failed, Error};
 
@@ -208,16 +208,6 @@ fn nodes_of(buf: &[u8]) -> std::collections::BTreeMap<i32, u64> {
     on
 }
 
-/// A child stopped when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// utime + stime of a process, s.
 fn cpu_seconds(pid: u32) -> Result<f64, Error> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| failed(format!("daemon gone: {e}")))?;
@@ -237,29 +227,27 @@ fn cpu_row(a: &Options, size: u64, lib: &Path, p: &Progress) -> Result<CpuRow, E
     let dir = std::env::temp_dir().join(format!("strata-bench-daemon-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let socket = dir.join("sock");
-    let mut program = Killed(
+    let mut program = Owned::spawn(
         Command::new(me()?)
             .args(["bench", "daemon-workload", "--bytes", &size.to_string()])
             .args(["--write-fraction", &a.write_fraction.to_string(), "--secs", &(a.secs * 4.0 + 60.0).to_string()])
             .env("LD_PRELOAD", lib)
             .env("STRATA_DAEMON_SOCKET", &socket)
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| failed(format!("starting the workload: {e}")))?,
-    );
+            .stdout(Stdio::piped()),
+    )
+    .map_err(|e| failed(format!("starting the workload: {e}")))?;
     let mut ready = String::new();
     BufReader::new(program.0.stdout.take().expect("piped")).read_line(&mut ready).map_err(|e| failed(e.to_string()))?;
     ensure(ready.starts_with("ready"), || format!("the workload did not start: {ready}"))?;
     let pid = program.0.id();
-    let daemon = Killed(
+    let daemon = Owned::spawn(
         Command::new(me()?)
             .args(["daemon", "-q", "--policy", &a.policy, "--period-ms", &a.period_ms.to_string()])
             .arg("--socket")
             .arg(&socket)
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| failed(format!("starting the daemon: {e}")))?,
-    );
+            .stdout(Stdio::null()),
+    )
+    .map_err(|e| failed(format!("starting the daemon: {e}")))?;
     // wait for the daemon's first whole pass over the program
     let deadline = Instant::now() + Duration::from_secs(60);
     let managed = loop {
@@ -334,10 +322,9 @@ fn promotion(a: &Options, lib: &Path, p: &Progress) -> Result<Promotion, Error> 
         a.policy, a.period_ms, a.vm_secs
     );
     p.say(&format!("guest: a {} hot set on the slow node, {} s", bytes(hot), a.vm_secs));
-    let out = Command::new(me()?)
-        .args(["vm", "run", "--timeout", &(a.vm_secs + 300).to_string(), "--file", l, "--", "sh", "-c", &script])
-        .output()
-        .map_err(|e| failed(format!("strata vm run: {e}")))?;
+    let mut guest = Command::new(me()?);
+    guest.args(["vm", "run", "--timeout", &(a.vm_secs + 300).to_string(), "--file", l, "--", "sh", "-c", &script]);
+    let out = strata_util::dies_with_parent(&mut guest).output().map_err(|e| failed(format!("strata vm run: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     ensure(out.status.success(), || format!("the guest run failed: {text}{}", String::from_utf8_lossy(&out.stderr)))?;
     let trace: Vec<(f64, f64)> = text

@@ -29,7 +29,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +38,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use strata_daemon::agent::{Agent, AgentCounters};
 use strata_util::size::{format as bytes, parse as parse_size};
-use strata_util::{find_built, Progress, XorShift};
+use strata_util::{find_built, Owned, Progress, XorShift};
 
 use crate::{ensure, failed, Error};
 
@@ -414,16 +414,6 @@ fn access_loop(
 
 // ---- the mover ----------------------------------------------------------------------------
 
-/// A child killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 enum PageMover {
     MovePages(u32),
     Agent(Box<Agent>),
@@ -494,7 +484,7 @@ fn run_one(
     let listener = (mechanism == "transactional")
         .then(|| UnixListener::bind(&socket).map_err(|e| failed(format!("{}: {e}", socket.display()))))
         .transpose()?;
-    let mut child = Killed(
+    let mut child = Owned::spawn(
         Command::new(me()?)
             .args(["bench", "migrate-workload", "--bytes", &size.to_string(), "--threads", &a.threads.to_string()])
             .args(["--write-every", &write_every.to_string()])
@@ -502,10 +492,9 @@ fn run_one(
             .env("LD_PRELOAD", lib)
             .env("STRATA_DAEMON_SOCKET", &socket)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| failed(format!("starting the program: {e}")))?,
-    );
+            .stdout(Stdio::piped()),
+    )
+    .map_err(|e| failed(format!("starting the program: {e}")))?;
     let pid = child.0.id();
     let mut stdin: ChildStdin = child.0.stdin.take().expect("piped");
     let mut stdout = BufReader::new(child.0.stdout.take().expect("piped"));
@@ -694,10 +683,9 @@ fn in_guest(a: &Options, lib: &Path, p: &Progress) -> Result<Report, Error> {
     let runs = (a.programs.len() * a.mechanisms.len()) as f64;
     let timeout = (runs * (a.baseline_secs + a.secs + 30.0) + 300.0) as u64;
     p.say(&format!("guest (kernel {}): {} runs, up to {timeout} s", a.kernel, runs));
-    let out = Command::new(me()?)
-        .args(["vm", "run", "--kernel", &a.kernel, "--timeout", &timeout.to_string(), "--file", l, "--"])
-        .args(&inner)
-        .stderr(Stdio::inherit())
+    let mut guest = Command::new(me()?);
+    guest.args(["vm", "run", "--kernel", &a.kernel, "--timeout", &timeout.to_string(), "--file", l, "--"]);
+    let out = strata_util::dies_with_parent(guest.args(&inner).stderr(Stdio::inherit()))
         .output()
         .map_err(|e| failed(format!("strata vm run: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);

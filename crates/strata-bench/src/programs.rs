@@ -206,6 +206,7 @@ fn run_once(p: &Program, env: &Env, big: bool, callgrind: bool) -> Result<(f64, 
             Command::new(exe)
         };
         c.envs(env.iter().map(|(k, v)| (k, v)));
+        strata_util::dies_with_parent(&mut c);
         c
     };
     let t = Instant::now();

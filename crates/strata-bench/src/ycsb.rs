@@ -304,9 +304,9 @@ pub struct Ratio {
 }
 
 /// A peer server of our own (redis-server or memcached) on a free loopback port, persistence
-/// off, stopped on drop.
+/// off, killed on drop or when the thread that started it ends.
 struct Peer {
-    child: std::process::Child,
+    _child: strata_util::Owned,
     addr: String,
 }
 
@@ -339,12 +339,13 @@ impl Peer {
                 (c, "memcached")
             }
         };
-        let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn();
+        let child =
+            strata_util::Owned::spawn(cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()));
         let Ok(child) = child else {
             progress.say(&format!("{} not found: no {} rows (apt-get install {package})", which.name(), which.name()));
             return None;
         };
-        let p = Peer { child, addr: format!("127.0.0.1:{port}") };
+        let p = Peer { _child: child, addr: format!("127.0.0.1:{port}") };
         for _ in 0..100 {
             let up = if which == Target::Redis {
                 RespDb::new(&p.addr, 1).and_then(|c| c.call(&[b"PING"])).is_ok()
@@ -357,13 +358,6 @@ impl Peer {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         None
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

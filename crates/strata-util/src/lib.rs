@@ -6,7 +6,8 @@
 //! - [`XorShift`]: the seeded pseudo-random stream workloads and fuzz tests draw from;
 //! - [`Progress`]: progress lines on stderr, never mixed into data on stdout;
 //! - [`find_built`]: where `make` put a library or program;
-//! - [`dies_with_parent`]: a child that does not outlive the command that started it;
+//! - [`dies_with_parent`]: a child that does not outlive the command that started it, and
+//!   [`Owned`], one that is also killed when dropped;
 //! - [`Host`]: the machine a figure was measured on (CPU model first: figures are meaningless
 //!   without it).
 pub mod size;
@@ -71,8 +72,8 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 /// when this process ends, however it ends: a program run for a result (an emulated run, a
 /// benchmark's workload) must not outlive the command waiting for it (`kill` of `strata bench`
 /// left its workloads running to the end). So the thread that starts it must be the one that
-/// waits for it.
-pub fn dies_with_parent(cmd: &mut std::process::Command) {
+/// waits for it. Returns `cmd`, to chain.
+pub fn dies_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -87,6 +88,25 @@ pub fn dies_with_parent(cmd: &mut std::process::Command) {
             }
             Ok(())
         });
+    }
+    cmd
+}
+
+/// A program this one started and owns: killed (SIGKILL) and reaped when dropped, on any return
+/// path, and when the thread that started it ends ([`dies_with_parent`]). For the programs a
+/// benchmark runs beside itself (a workload, a daemon, a peer server) while it measures.
+pub struct Owned(pub std::process::Child);
+
+impl Owned {
+    pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<Owned> {
+        dies_with_parent(cmd).spawn().map(Owned)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -170,6 +190,45 @@ mod tests {
         assert_eq!(civil_from_days(11_017), (2000, 3, 1));
         assert_eq!(civil_from_days(20_781), (2026, 11, 24));
         assert_eq!(today().len(), 10);
+    }
+
+    /// The status of a child that was not reaped: SIGKILL'd within the bound, or not.
+    fn killed(pid: libc::pid_t) -> bool {
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_secs(300) {
+            let mut status = 0;
+            // SAFETY: status is this frame's; pid is our child
+            match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+                0 => std::thread::sleep(std::time::Duration::from_millis(20)),
+                r => return r == pid && libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn an_owned_program_dies_with_the_thread_that_started_it() {
+        // never dropped (forgotten), so only the thread's end can kill it
+        let pid = std::thread::spawn(|| {
+            let owned = Owned::spawn(std::process::Command::new("sleep").arg("600")).unwrap();
+            let pid = owned.0.id() as libc::pid_t;
+            std::mem::forget(owned);
+            pid
+        })
+        .join()
+        .unwrap();
+        assert!(killed(pid), "sleep 600 outlived the thread that started it");
+    }
+
+    #[test]
+    fn an_owned_program_is_killed_and_reaped_when_dropped() {
+        let owned = Owned::spawn(std::process::Command::new("sleep").arg("600")).unwrap();
+        let pid = owned.0.id() as libc::pid_t;
+        drop(owned);
+        let mut status = 0;
+        // SAFETY: status is this frame's; the drop reaped the child, so there is none to wait for
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert_eq!(r, -1, "the dropped program was not reaped");
     }
 
     #[test]

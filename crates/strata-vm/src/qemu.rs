@@ -22,10 +22,12 @@ pub fn kernel_cmdline(fast: u64, slow: u64, soft_reserve: bool) -> String {
     c
 }
 
-/// qemu-system-x86_64 for the guest, its console on stdout, stdin closed.
+/// qemu-system-x86_64 for the guest, its console on stdout, stdin closed; killed when the thread
+/// that starts it (the one that follows it) ends.
 pub fn command(a: &Options, kernel: &Kernel, initrd: &Path) -> Command {
     let (fast, slow) = (a.fast_mem, a.slow_mem);
     let mut q = Command::new("qemu-system-x86_64");
+    strata_util::dies_with_parent(&mut q);
     q.args(["-accel", "tcg,thread=multi", "-machine", "pc,hmat=on", "-nographic", "-no-reboot"])
         .args(["-m", &format!("{}M", (fast + slow) / MIB), "-smp", &a.cpus.to_string()])
         .args(["-object", &format!("memory-backend-ram,size={}M,id=m0", fast / MIB)])
