@@ -73,6 +73,10 @@ unsafe extern "C" fn strata_default_malloc(n: usize) -> *mut c_void {
     sys::strata_malloc(n, sys::strata_place_t::new(sys::STRATA_PLACE_DEFAULT))
 }
 
+unsafe extern "C" fn strata_free(p: *mut c_void) {
+    sys::strata_free(p)
+}
+
 fn glibc() -> Allocator {
     Allocator { malloc: libc::malloc, free: libc::free }
 }
@@ -290,7 +294,7 @@ pub fn run(a: &Options, progress: Progress) -> Result<Report, Error> {
     let lib = find_built("libstrata.so", Some("STRATA_LIB"), "make lib");
     for name in ALLOCATORS.iter().filter(|n| wanted(n)) {
         let r = match *name {
-            "strata" => Some(Runner::Here(Allocator { malloc: strata_default_malloc, free: sys::strata_free })),
+            "strata" => Some(Runner::Here(Allocator { malloc: strata_default_malloc, free: strata_free })),
             "glibc" => Some(Runner::Here(glibc())),
             "jemalloc" => system_lib("libjemalloc.so.2").map(|l| Runner::Preloaded(l, vec![])),
             "mimalloc" => system_lib("libmimalloc.so.2").map(|l| Runner::Preloaded(l, vec![])),

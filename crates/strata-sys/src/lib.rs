@@ -193,34 +193,117 @@ pub struct strata_agent_reply_t {
 
 pub type strata_output_fn = unsafe extern "C" fn(text: *const c_char, arg: *mut c_void);
 
-extern "C" {
-    pub fn strata_malloc(size: usize, place: strata_place_t) -> *mut c_void;
-    pub fn strata_calloc(n: usize, size: usize, place: strata_place_t) -> *mut c_void;
-    pub fn strata_malloc_aligned(size: usize, align: usize, place: strata_place_t) -> *mut c_void;
-    pub fn strata_realloc(p: *mut c_void, size: usize) -> *mut c_void;
-    pub fn strata_free(p: *mut c_void);
-    pub fn strata_usable_size(p: *const c_void) -> usize;
-    pub fn strata_owns(p: *const c_void) -> c_int;
-    pub fn strata_arena_new(place: strata_place_t) -> *mut strata_arena_t;
-    pub fn strata_arena_destroy(a: *mut strata_arena_t) -> c_int;
-    pub fn strata_arena_of(p: *const c_void) -> *mut strata_arena_t;
-    pub fn strata_arena_tier(a: *const strata_arena_t) -> c_int;
-    pub fn strata_where(p: *const c_void, len: usize, r: *mut strata_residency_t) -> c_int;
-    pub fn strata_topology() -> *const strata_topology_t;
-    pub fn strata_topology_discover(
+/// Declares libstrata's functions once, and calls each through the one libstrata of the
+/// process.
+///
+/// A program that uses this crate and runs under `LD_PRELOAD=libstrata.so` (transparent mode,
+/// or any `strata run`) would otherwise hold two allocators: the copy build.rs links in, and
+/// the preloaded one that serves `malloc`. Each would keep its own heap and publish its own
+/// channel, and a tiering engine reads one channel a process, so it would see either the
+/// program's arenas or its malloc'd contexts, never both (docs/tiering.md#two-channels). So
+/// every call below goes to the preloaded library when one is loaded (found by `dlsym`, which
+/// sees only libraries: an executable does not export the linked copy's symbols) and to the
+/// linked copy otherwise; the choice is made at the first call and kept, so memory is always
+/// freed by the allocator that gave it.
+macro_rules! libstrata {
+    ($( fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?; )*) => {
+        mod linked {
+            use super::*;
+            extern "C" {
+                $( pub fn $name($($arg: $ty),*) $(-> $ret)?; )*
+            }
+        }
+
+        /// libstrata's functions, from one copy of it.
+        struct Api {
+            $( $name: unsafe extern "C" fn($($ty),*) $(-> $ret)?, )*
+        }
+
+        impl Api {
+            const LINKED: Api = Api { $( $name: linked::$name, )* };
+
+            /// The preloaded library's functions: None unless it exports every one of them.
+            fn loaded() -> Option<Api> {
+                Some(Api {
+                    $( $name: {
+                        let f = exported(concat!(stringify!($name), "\0"))?;
+                        // SAFETY: libstrata.so exports this name with the signature
+                        // include/strata.h gives, which the declaration above mirrors
+                        unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) $(-> $ret)?>(f)
+                        }
+                    }, )*
+                })
+            }
+        }
+
+        $(
+            /// # Safety
+            /// As the C function of the same name in include/strata.h.
+            pub unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+                unsafe { (api().$name)($($arg),*) }
+            }
+        )*
+    };
+}
+
+libstrata! {
+    fn strata_malloc(size: usize, place: strata_place_t) -> *mut c_void;
+    fn strata_calloc(n: usize, size: usize, place: strata_place_t) -> *mut c_void;
+    fn strata_malloc_aligned(size: usize, align: usize, place: strata_place_t) -> *mut c_void;
+    fn strata_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    fn strata_free(p: *mut c_void);
+    fn strata_usable_size(p: *const c_void) -> usize;
+    fn strata_owns(p: *const c_void) -> c_int;
+    fn strata_arena_new(place: strata_place_t) -> *mut strata_arena_t;
+    fn strata_arena_destroy(a: *mut strata_arena_t) -> c_int;
+    fn strata_arena_of(p: *const c_void) -> *mut strata_arena_t;
+    fn strata_arena_tier(a: *const strata_arena_t) -> c_int;
+    fn strata_where(p: *const c_void, len: usize, r: *mut strata_residency_t) -> c_int;
+    fn strata_topology() -> *const strata_topology_t;
+    fn strata_topology_discover(
         sysfs_root: *const c_char,
         tiers_override: *const c_char,
         t: *mut strata_topology_t,
     ) -> c_int;
-    pub fn strata_stats_print(json: c_int, out: Option<strata_output_fn>, arg: *mut c_void);
-    pub fn strata_stat(name: *const c_char) -> i64;
-    pub fn strata_now_ns() -> u64;
-    pub fn strata_emulated() -> c_int;
-    pub fn strata_emulated_counter(name: *const c_char) -> i64;
-    pub fn strata_options_print(out: Option<strata_output_fn>, arg: *mut c_void);
-    pub fn strata_rules_check(path: *const c_char, err: *mut c_char, errn: usize) -> c_int;
+    fn strata_stats_print(json: c_int, out: Option<strata_output_fn>, arg: *mut c_void);
+    fn strata_stat(name: *const c_char) -> i64;
+    fn strata_now_ns() -> u64;
+    fn strata_emulated() -> c_int;
+    fn strata_emulated_counter(name: *const c_char) -> i64;
+    fn strata_options_print(out: Option<strata_output_fn>, arg: *mut c_void);
+    fn strata_rules_check(path: *const c_char, err: *mut c_char, errn: usize) -> c_int;
+}
+
+extern "C" {
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     #[doc(hidden)]
     pub fn strata_abi_layout(out: *mut usize, n: usize) -> usize;
+}
+
+/// glibc's RTLD_DEFAULT: the global scope, in load order
+const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
+
+/// The address a loaded library exports `name` (NUL-terminated) at.
+fn exported(name: &str) -> Option<*mut c_void> {
+    // SAFETY: name is NUL-terminated (the macro appends it) and dlsym only reads it
+    let f = unsafe { dlsym(RTLD_DEFAULT, name.as_ptr().cast()) };
+    (!f.is_null()).then_some(f)
+}
+
+/// The copy of libstrata this process uses: the preloaded one if there is one, else ours.
+fn api() -> &'static Api {
+    static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
+    API.get_or_init(|| match Api::loaded() {
+        // an executable linked with --export-dynamic finds its own copy: the same one
+        Some(api) if api.strata_malloc as usize != Api::LINKED.strata_malloc as usize => api,
+        _ => Api::LINKED,
+    })
+}
+
+/// Whether this process's libstrata is a preloaded library rather than the copy linked in.
+pub fn preloaded() -> bool {
+    api().strata_malloc as usize != Api::LINKED.strata_malloc as usize
 }
 
 #[cfg(test)]
