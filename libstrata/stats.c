@@ -2,6 +2,7 @@
  * callback that never allocates. */
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,10 @@ static void print_at_exit(void) { strata_stats_print(0, NULL, NULL); }
 
 __attribute__((constructor)) static void verbose_init(void) {
   if (!_strata_option(OPT_VERBOSE)) return;
+  /* a copy linked into a program (strata-sys) beside a preloaded libstrata.so: the program's
+   * calls all go to the preloaded one (crates/strata-sys), which speaks for the process */
+  void *loaded = dlsym(RTLD_DEFAULT, "strata_options_print");
+  if (loaded && loaded != (void *)strata_options_print) return;
   strata_options_print(NULL, NULL);
   atexit(print_at_exit);
 }

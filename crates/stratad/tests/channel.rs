@@ -47,7 +47,7 @@ const API_CHILD: &str = "STRATA_TEST_API_CHILD";
 /// A program that uses the Rust API (strata-sys links a copy of libstrata in) and runs under
 /// LD_PRELOAD=libstrata.so has one libstrata and one channel, holding both its arenas' records
 /// and its malloc'd contexts: the engine reads one channel a process, and with two it saw one
-/// of them (docs/tiering.md#two-channels).
+/// of them (docs/tiering.md#two-channels). With STRATA_VERBOSE it prints one option table.
 #[test]
 fn a_rust_program_under_the_preload_has_one_channel() {
     use std::io::{BufRead, BufReader, Read};
@@ -59,8 +59,10 @@ fn a_rust_program_under_the_preload_has_one_channel() {
             .args(["--exact", "api_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env("LD_PRELOAD", &lib)
             .env(API_CHILD, "1")
+            .env("STRATA_VERBOSE", "1")
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped()),
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
     )
     .unwrap();
     let pid = child.0.id();
@@ -90,7 +92,12 @@ fn a_rust_program_under_the_preload_has_one_channel() {
     drop(child.0.stdin.take()); // the child's cue to end
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
-    assert!(child.0.wait().unwrap().success(), "the child failed:\n{rest}");
+    let mut err = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(child.0.wait().unwrap().success(), "the child failed:\n{rest}\n{err}");
+    // STRATA_VERBOSE: one library speaks, once (its option table names STRATA_VERBOSE)
+    let tables = err.lines().filter(|l| l.starts_with("STRATA_VERBOSE ")).count();
+    assert_eq!(tables, 1, "option tables printed:\n{err}");
 }
 
 /// The child of `a_rust_program_under_the_preload_has_one_channel`: an arena of 64 KiB records
