@@ -476,14 +476,7 @@ fn redis_cli_works_against_strata_kv() {
     }
     let port = free_port().to_string();
     // killed on drop, so a failed assertion cannot leave a server running
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _server = Kill(
+    let _server = strata_util::Owned(
         Command::new(env!("CARGO_BIN_EXE_strata"))
             .args(["kv", "serve", "--addr", &format!("127.0.0.1:{port}"), "--buckets", "4096"])
             .stdout(Stdio::null())

@@ -435,22 +435,10 @@ fn ycsb_on_the_emulated_machine() {
 }
 
 /// Processes that keep every CPU busy while they live (load from another process).
-struct Load(Vec<std::process::Child>);
-
-impl Load {
-    fn start() -> Load {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Load((0..cpus).map(|_| Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap()).collect())
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+fn load() -> Vec<strata_util::Owned> {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spin = || strata_util::Owned::spawn(Command::new("sh").args(["-c", "while :; do :; done"])).unwrap();
+    (0..cpus).map(|_| spin()).collect()
 }
 
 #[test]
@@ -497,7 +485,7 @@ int main(void) {
             "4".into(),
         ],
     ];
-    let _load = Load::start();
+    let _load = load();
     for p in &programs {
         // the third in a longer environment: its length may not move the stack
         let runs: Vec<(Value, String)> = ["1", "1", "a value 30 bytes longer than 1"]

@@ -11,6 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use strata_util::Owned;
 
 mod common;
 use common::*;
@@ -84,32 +85,10 @@ fn shared_dir(name: &str, mode: u32) -> Dir {
     d
 }
 
-/// A child process, killed when dropped (a failed assertion leaves nothing running).
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl std::ops::Deref for Reaped {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-/// Start `c` with its stdout piped and wait for its first line (what it did).
-fn started(c: &mut Command) -> (Reaped, String) {
-    let mut child = Reaped(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+/// Start `c` with its stdout piped and wait for its first line (what it did); the child is
+/// killed when dropped (a failed assertion leaves nothing running).
+fn started(c: &mut Command) -> (Owned, String) {
+    let mut child = Owned(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
     let mut line = Vec::new();
     let mut out = child.stdout.take().unwrap();
     let mut b = [0u8];
@@ -156,7 +135,7 @@ fn planted_links_and_files_at_the_old_channel_names_are_never_written() {
         );
         let ok = m.run("/usr/bin/python3").args(["-c", &plant, &target, kind]).status().unwrap();
         assert!(ok.success());
-        let victim = Reaped(under_strata("sh", &sock).args(["-c", "x=$(seq 1 3000); sleep 30"]).spawn().unwrap());
+        let victim = Owned(under_strata("sh", &sock).args(["-c", "x=$(seq 1 3000); sleep 30"]).spawn().unwrap());
         let pid = victim.id();
         let v = stats_until(&sock, |v| managed(v, pid).is_some());
         drop(victim);
@@ -185,7 +164,7 @@ fn a_channel_truncated_grown_or_lying_leaves_the_daemon_stats_and_exporter_runni
     let dir = shared_dir("sec-channel", 0o755);
     let (mut daemon, sock) = daemon_with(&dir, "[daemon]\npolicy = \"ambix\"\ndiscovery_ms = 200\n", "100");
     let (exporter, port) = exporter(&mut Command::new(env!("CARGO_BIN_EXE_strata")), &sock);
-    let mut exporter = Reaped(exporter);
+    let mut exporter = Owned(exporter);
     let (unsealed, said) = started(m.run("evilchan").args(["unsealed", &sock, "8"]));
     assert_eq!(said, "truncated");
     let (huge, said) = started(m.run("evilchan").args(["huge", &sock, "8"]));
@@ -288,7 +267,7 @@ fn root_is_answered_while_a_user_holds_connections_and_floods_hellos() {
     let (hold, said) = started(&mut m.python(&["hold", &sock, "300", "25"]));
     assert!(said.starts_with("holding"), "{said}");
     let flood = m.python(&["hello", &sock, "15"]).stdout(Stdio::piped()).spawn().unwrap();
-    let victim = Reaped(Command::new("sleep").arg("60").spawn().unwrap());
+    let victim = Owned(Command::new("sleep").arg("60").spawn().unwrap());
     let mut slowest = Duration::ZERO;
     for k in 0..5 {
         std::thread::sleep(Duration::from_secs(2));
@@ -326,7 +305,7 @@ fn a_dripping_agent_is_dropped_and_no_one_speaks_for_another_process() {
     let _passing = PASSING_FDS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = shared_dir("sec-agent", 0o755);
     let Some((mut daemon, sock)) = hint_fault_daemon(&dir, "200") else { return };
-    let other = Reaped(under_strata("sh", &sock).args(["-c", "x=$(seq 1 5000); sleep 60"]).spawn().unwrap());
+    let other = Owned(under_strata("sh", &sock).args(["-c", "x=$(seq 1 5000); sleep 60"]).spawn().unwrap());
     let (drip, said) = started(m.run("evilchan").args(["drip", &sock, "60"]));
     assert_eq!(said, "agent taken; dripping");
     let rounds = |v: &Value| v["daemon"]["stats"]["rounds"].as_u64().unwrap_or(0);
@@ -410,7 +389,7 @@ fn the_exporter_survives_2000_connections_at_1024_descriptors() {
         });
     }
     let (exporter, port) = exporter(&mut cmd, &sock);
-    let mut exporter = Reaped(exporter);
+    let mut exporter = Owned(exporter);
     let (flood, said) = started(&mut m.python(&["http", "127.0.0.1", &port.to_string(), "2000", "15"]));
     assert!(said.starts_with("holding"), "{said}");
     std::thread::sleep(Duration::from_secs(2));
@@ -474,7 +453,7 @@ fn attachments_are_not_written_through_a_link_nor_read_from_a_users_file() {
     let ln = |from: &str, to: &str| assert!(m.run("/bin/ln").args(["-s", from, to]).status().unwrap().success());
     ln(&target, &open.path("attached.json.tmp"));
     let (daemon, sock) = daemon_with(&open, "[daemon]\npolicy = \"first-touch\"\n", "100");
-    let victim = Reaped(Command::new("sleep").arg("60").spawn().unwrap());
+    let victim = Owned(Command::new("sleep").arg("60").spawn().unwrap());
     let (code, _, err) = strata(&["attach", &victim.id().to_string(), "--priority", "3", "--socket", &sock]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious root data");

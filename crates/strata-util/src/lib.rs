@@ -110,6 +110,19 @@ impl Drop for Owned {
     }
 }
 
+impl std::ops::Deref for Owned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Owned {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
 /// The calling thread's CPU time, ns: what a single-threaded measurement should be timed by
 /// when other programs share the CPUs (time spent preempted is not counted, as wall time is).
 pub fn thread_cpu_ns() -> u64 {

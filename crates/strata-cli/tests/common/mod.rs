@@ -57,7 +57,7 @@ impl Drop for Dir {
 }
 
 /// A daemon in the background, stopped when dropped.
-pub struct Daemon(pub Child);
+pub struct Daemon(pub strata_util::Owned);
 
 impl Daemon {
     pub fn start(args: &[&str]) -> Daemon {
@@ -67,7 +67,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        Daemon(child)
+        Daemon(strata_util::Owned(child))
     }
     /// Stop it (SIGTERM) and return what it said on stderr.
     pub fn stop(mut self) -> String {
@@ -76,13 +76,6 @@ impl Daemon {
         let _ = self.0.stderr.take().unwrap().read_to_string(&mut err);
         let _ = self.0.wait();
         err
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
