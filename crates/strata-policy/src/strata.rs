@@ -20,7 +20,8 @@
 //!    together and move together, with the binding as a prior (`hints`, `hint_weight`;
 //!    [`mat::Hints`]). An unbound arena has no hint to weigh and is paged (below): its heat
 //!    lies within it, as in the key-value store's buckets, where moving arenas whole lost to
-//!    paging them (docs/tiering.md). So is a record under `record_min_kib` (1 MiB), such as a
+//!    paging them (docs/tiering.md). So is a bound arena larger than the budget, which can
+//!    never be fast whole (`hinted` at 1:8: docs/tiering.md#two-channels). So is a record under `record_min_kib` (1 MiB), such as a
 //!    context's block of small objects (a 64 KiB span): few of its rounds are sampled, so it
 //!    seldom meets `min_streak`, while its pages' accessed bits are seen every scan.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
@@ -29,6 +30,8 @@
 //!    than Ambix's 10, so a moved page outlives the ping-pong window: docs/tiering.md#ping-pong) in what
 //!    the records' fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
+use std::collections::HashMap;
+
 use serde::Deserialize;
 
 use crate::{ambix, hmalloc, mat, object_at, Action, Directive, Needs, Observations, Policy, TierObs};
@@ -141,12 +144,20 @@ impl Policy for Strata {
         // it (a bucket's chain head), which a unit moved whole cannot follow. An object under
         // record_min_kib (a block of a context's small objects) is paged too: its few samples
         // seldom make a streak, while its pages' bits are seen every scan.
+        // A bound arena larger than the budget can never be fast whole: it is no unit, its
+        // heat lies within it as an unbound one's does, and it is paged.
         let min = self.cfg.record_min_kib << 10;
+        let mut arena_bytes: HashMap<(u32, u32), u64> = HashMap::new();
+        for o in records.iter().filter(|o| o.arena != 0) {
+            *arena_bytes.entry((o.pid, o.arena)).or_default() += o.len;
+        }
         records.retain(|o| {
             if o.arena == 0 {
                 o.len >= min
             } else {
-                self.cfg.hints != mat::Hints::Ignore && o.hint != Directive::Default
+                self.cfg.hints != mat::Hints::Ignore
+                    && o.hint != Directive::Default
+                    && arena_bytes[&(o.pid, o.arena)] <= budget
             }
         });
         let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
@@ -356,6 +367,24 @@ mod tests {
         let whole =
             (1..=14).flat_map(|r| p.decide(&obs(r))).any(|a| matches!(a, Action::Move { len, .. } if len == MB));
         assert!(!whole, "no arena moves whole");
+        // and so is a bound arena larger than the budget: a fast tier of 2 MiB, 1.9 MiB of it
+        // the budget, against the arena's 2 MiB
+        let small = |r: u64| {
+            let mut o = obs(r);
+            o.tiers[0] = TierObs { tier: 0, capacity_bytes: 2 * MB, free_bytes: 2 * MB };
+            o
+        };
+        let mut p = Strata::new(Config::default());
+        let moves: Vec<(u64, u64, u64)> = (1..=14)
+            .flat_map(|r| p.decide(&small(r)).into_iter().map(move |a| (r, a)))
+            .filter_map(|(r, a)| match a {
+                Action::Move { addr, len, to: 0, .. } => Some((r, addr, len)),
+                _ => None,
+            })
+            .collect();
+        // by the pages' part (after its scans, as ranges of pages), not as a unit in round 3
+        assert!(moves.iter().any(|m| m.1 < 2 * MB), "{moves:?}");
+        assert!(moves.iter().all(|m| m.0 >= 10), "{moves:?}");
     }
 
     /// The round in which the page outside any object (at 64 MiB) is first promoted.
