@@ -347,14 +347,18 @@ mod tests {
                 .collect();
             round_obs(round, pages, objects, samples)
         };
-        let mut p = Strata::new(Config::default());
-        let moves: Vec<(u64, u64, u64)> = (1..=14)
-            .flat_map(|r| p.decide(&obs(r)).into_iter().map(move |a| (r, a)))
-            .filter_map(|(r, a)| match a {
-                Action::Move { addr, len, to: 0, .. } => Some((r, addr, len)),
-                _ => None,
-            })
-            .collect();
+        // (round, address, length) of every promotion in 14 rounds
+        let promotions = |obs: &dyn Fn(u64) -> Observations| -> Vec<(u64, u64, u64)> {
+            let mut p = Strata::new(Config::default());
+            (1..=14)
+                .flat_map(|r| p.decide(&obs(r)).into_iter().map(move |a| (r, a)))
+                .filter_map(|(r, a)| match a {
+                    Action::Move { addr, len, to: 0, .. } => Some((r, addr, len)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let moves = promotions(&obs);
         let first = |lo: u64, hi: u64| moves.iter().find(|m| (lo..hi).contains(&m.1)).copied();
         // the bound arena: both records (the one never sampled too) in the round its samples
         // make a streak of three (`min_streak`)
@@ -374,14 +378,7 @@ mod tests {
             o.tiers[0] = TierObs { tier: 0, capacity_bytes: 2 * MB, free_bytes: 2 * MB };
             o
         };
-        let mut p = Strata::new(Config::default());
-        let moves: Vec<(u64, u64, u64)> = (1..=14)
-            .flat_map(|r| p.decide(&small(r)).into_iter().map(move |a| (r, a)))
-            .filter_map(|(r, a)| match a {
-                Action::Move { addr, len, to: 0, .. } => Some((r, addr, len)),
-                _ => None,
-            })
-            .collect();
+        let moves = promotions(&small);
         // by the pages' part (after its scans, as ranges of pages), not as a unit in round 3
         assert!(moves.iter().any(|m| m.1 < 2 * MB), "{moves:?}");
         assert!(moves.iter().all(|m| m.0 >= 10), "{moves:?}");
