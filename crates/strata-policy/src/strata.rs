@@ -21,9 +21,10 @@
 //!    [`mat::Hints`]). An unbound arena has no hint to weigh and is paged (below): its heat
 //!    lies within it, as in the key-value store's buckets, where moving arenas whole lost to
 //!    paging them (docs/tiering.md). So is a bound arena larger than the budget, which can
-//!    never be fast whole (`hinted` at 1:8: docs/tiering.md#two-channels). So is a record under `record_min_kib` (1 MiB), such as a
-//!    context's block of small objects (a 64 KiB span): few of its rounds are sampled, so it
-//!    seldom meets `min_streak`, while its pages' accessed bits are seen every scan.
+//!    never be fast whole (`hinted` at 1:8: docs/tiering.md#two-channels), and a record under
+//!    `record_min_kib` (1 MiB), such as a context's block of small objects (a 64 KiB span):
+//!    few of its rounds are sampled, so it seldom meets `min_streak`, while its pages'
+//!    accessed bits are seen every scan.
 //! 3. **Everything else is paged** (Ambix, [`crate::ambix`]): pages outside tracked objects
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
 //!    and moved with Ambix's rules (a ranking cut, `min_scans` scans between moves; 11, one more
