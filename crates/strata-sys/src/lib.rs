@@ -294,16 +294,19 @@ fn exported(name: &str) -> Option<*mut c_void> {
 /// The copy of libstrata this process uses: the preloaded one if there is one, else ours.
 fn api() -> &'static Api {
     static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
-    API.get_or_init(|| match Api::loaded() {
-        // an executable linked with --export-dynamic finds its own copy: the same one
-        Some(api) if api.strata_malloc as usize != Api::LINKED.strata_malloc as usize => api,
-        _ => Api::LINKED,
-    })
+    // (an executable linked with --export-dynamic finds its own copy: that is no other one)
+    API.get_or_init(|| Api::loaded().filter(|api| !api.is_linked()).unwrap_or(Api::LINKED))
+}
+
+impl Api {
+    fn is_linked(&self) -> bool {
+        self.strata_malloc as usize == Api::LINKED.strata_malloc as usize
+    }
 }
 
 /// Whether this process's libstrata is a preloaded library rather than the copy linked in.
 pub fn preloaded() -> bool {
-    api().strata_malloc as usize != Api::LINKED.strata_malloc as usize
+    !api().is_linked()
 }
 
 #[cfg(test)]
