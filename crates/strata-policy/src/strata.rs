@@ -1,6 +1,9 @@
 //! `strata`, the default: what no single paper does alone, from three of them, under one budget
 //! of the fast tier: its capacity less one `headroom` (5 %, Ambix's reserve), shared by the three
-//! parts so that no part overfills what another needs.
+//! parts so that no part overfills what another needs. The headroom is there for the program's
+//! new memory; in a round after one in which the footprint grew by more than it (a program
+//! building its data), the program refills it faster than a round, and demoting to restore it
+//! only moves pages: that round has none (`headroom_hold`; XSBench: docs/tiering.md#headroom).
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
@@ -61,6 +64,9 @@ pub struct Config {
     pub hint_weight: f64,
     /// tracked objects shorter than this (KiB) are paged, not ranked as records
     pub record_min_kib: u64,
+    /// no headroom in a round after one in which the footprint grew by more than it: the
+    /// program's own allocations refill it within a round, so demoting to restore it only moves
+    pub headroom_hold: bool,
 }
 
 impl Default for Config {
@@ -74,6 +80,7 @@ impl Default for Config {
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
+            headroom_hold: true,
         }
     }
 }
@@ -96,6 +103,8 @@ pub struct Strata {
     births: hmalloc::Hmalloc,
     objects: mat::Mat,
     pages: ambix::Ambix,
+    /// the bytes resident in all tiers at the last round
+    used_bytes: Option<u64>,
 }
 
 impl Strata {
@@ -118,6 +127,7 @@ impl Strata {
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
             objects: mat::Mat::new(m, "strata"),
             pages: ambix::Ambix::new(pages),
+            used_bytes: None,
         }
     }
 }
@@ -129,7 +139,12 @@ impl Policy for Strata {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0).copied() else { return Vec::new() };
-        let reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
+        let mut reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
+        let used: u64 = obs.tiers.iter().map(|t| t.capacity_bytes.saturating_sub(t.free_bytes)).sum();
+        let grew = used.saturating_sub(self.used_bytes.replace(used).unwrap_or(used));
+        if self.cfg.headroom_hold && grew > reserve {
+            reserve = 0;
+        }
         let budget = fast.capacity_bytes - reserve;
 
         // births: the knapsack fills the budget
@@ -398,6 +413,36 @@ mod tests {
         let eleven = first_page_promotion(Config::default()).expect("promoted within 20 rounds");
         let three = first_page_promotion(Config { min_scans: 3, ..Config::default() }).expect("promoted");
         assert_eq!(eleven - three, 8, "eleven scans against three: rounds {eleven} and {three}");
+    }
+
+    #[test]
+    fn the_headroom_waits_while_the_program_refills_it_each_round() {
+        // a fast tier of 32 MiB (headroom 1.6 MiB) full of one 32 MiB object, sampled evenly;
+        // the slow tier's used bytes grow 4 MiB a round for rounds 1-8 (the program still
+        // allocating: its new memory lands in the headroom as soon as there is one), then stay
+        let obs = |round: u64| {
+            let object = ObjectObs { fast_bytes: 32 * MB, ..slow_object(0, 32 * MB, 1) };
+            let samples = (0..32 * MB)
+                .step_by(MB as usize)
+                .map(|a| Sample { pid: 1, addr: a, tier: 0, time_ns: round, store: false })
+                .collect();
+            let mut o = round_obs(round, Vec::new(), vec![object], samples);
+            let grown = 4 * MB * round.min(8);
+            o.tiers = vec![
+                TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 0 },
+                TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: (1 << 40) - grown },
+            ];
+            o
+        };
+        // the rounds in which a record is demoted
+        let demotions = |cfg: Config| -> Vec<u64> {
+            let mut p = Strata::new(cfg);
+            (1..=14).filter(|&r| p.decide(&obs(r)).iter().any(|a| matches!(a, Action::Move { to: 1, .. }))).collect()
+        };
+        let held = demotions(Config::default());
+        assert!(!held.is_empty() && held.iter().all(|&r| r > 8), "demoted in rounds {held:?}");
+        let restored = demotions(Config { headroom_hold: false, ..Config::default() });
+        assert!(restored.iter().any(|&r| r <= 8), "demoted in rounds {restored:?}");
     }
 
     /// A small machine that carries the moves out: demotions first (as the engine's mover),
