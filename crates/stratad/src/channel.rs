@@ -125,12 +125,19 @@ impl Channel {
 
     /// The `/proc/PID/fd` entry of process pid's channel, if it has one (nothing is opened).
     pub fn find(pid: u32) -> Option<std::path::PathBuf> {
+        Channel::entries(pid).next()
+    }
+
+    /// Every `/proc/PID/fd` entry of process pid that is a channel (one, in a process with one
+    /// libstrata; nothing is opened).
+    pub fn entries(pid: u32) -> impl Iterator<Item = std::path::PathBuf> {
         let want = channel_link();
         std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .ok()?
+            .into_iter()
+            .flatten()
             .flatten()
             .map(|e| e.path())
-            .find(|p| std::fs::read_link(p).is_ok_and(|l| l.to_string_lossy() == want))
+            .filter(move |p| std::fs::read_link(p).is_ok_and(|l| l.to_string_lossy() == want))
     }
 
     /// Take `file` as process pid's channel, once it passes every check (module doc).
