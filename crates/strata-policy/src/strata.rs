@@ -104,7 +104,8 @@ pub struct Strata {
     births: hmalloc::Hmalloc,
     objects: mat::Mat,
     pages: ambix::Ambix,
-    /// the bytes resident in all tiers at the last round
+    /// the bytes in use in all tiers (capacity less free) at the last round: node-wide, every
+    /// process's, not only the managed ones' (docs/tiering.md#building)
     used_bytes: Option<u64>,
 }
 
