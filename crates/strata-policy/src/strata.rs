@@ -1,10 +1,11 @@
 //! `strata`, the default: what no single paper does alone, from three of them, under one budget
 //! of the fast tier: its capacity less one `headroom` (5 %, Ambix's reserve), shared by the three
-//! parts so that no part overfills what another needs. In a round after one in which the
-//! footprint grew by more than the headroom (a program building its data), nothing moves
-//! (`build_hold`): the program refills the headroom faster than a round, so demoting to restore
-//! it only moves pages, and what the build touched is the build's heat, not the run's
-//! (XSBench: docs/tiering.md#building).
+//! parts so that no part overfills what another needs. While a process's footprint grew by more
+//! than the headroom between the last two complete scans (a program building its data), nothing
+//! of it moves (`build_hold`): it refills the headroom faster than a round, so demoting to
+//! restore it only moves pages, and what the build touched is the build's heat, not the run's
+//! (XSBench: docs/tiering.md#building). The footprint is the process's present pages as the
+//! round's scan saw them, never the node's used bytes: another user's allocations hold nothing.
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
@@ -35,7 +36,7 @@
 //!    than Ambix's 10, so a moved page outlives the ping-pong window: docs/tiering.md#ping-pong) in what
 //!    the records' fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 
@@ -65,8 +66,9 @@ pub struct Config {
     pub hint_weight: f64,
     /// tracked objects shorter than this (KiB) are paged, not ranked as records
     pub record_min_kib: u64,
-    /// no moves in a round after one in which the footprint grew by more than the headroom (the
-    /// program is building: it refills the headroom within a round, and its heat is the build's)
+    /// no moves of a process whose footprint grew by more than the headroom between the last two
+    /// complete scans (it is building: it refills the headroom within a round, and its heat is
+    /// the build's)
     pub build_hold: bool,
 }
 
@@ -104,9 +106,12 @@ pub struct Strata {
     births: hmalloc::Hmalloc,
     objects: mat::Mat,
     pages: ambix::Ambix,
-    /// the bytes in use in all tiers (capacity less free) at the last round: node-wide, every
-    /// process's, not only the managed ones' (docs/tiering.md#building)
-    used_bytes: Option<u64>,
+    /// each process's footprint: its present pages' bytes at the last complete scan, what the
+    /// scan under way has counted so far, and the processes that grew by more than the headroom
+    /// between the last two complete scans (their moves are held)
+    footprint: HashMap<u32, u64>,
+    counting: HashMap<u32, u64>,
+    building: HashSet<u32>,
 }
 
 impl Strata {
@@ -129,8 +134,31 @@ impl Strata {
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
             objects: mat::Mat::new(m, "strata"),
             pages: ambix::Ambix::new(pages),
-            used_bytes: None,
+            footprint: HashMap::new(),
+            counting: HashMap::new(),
+            building: HashSet::new(),
         }
+    }
+
+    /// Count the round's pages to each process's footprint; at the end of a complete scan, the
+    /// processes that grew by more than `reserve` since the one before are building. The pages
+    /// are the managed processes' own: what other processes allocate or free (the node's used
+    /// bytes) cannot hold a managed one's moves.
+    fn count_footprints(&mut self, obs: &Observations, reserve: u64) {
+        for run in obs.pages.chunk_by(|a, b| a.pid == b.pid) {
+            *self.counting.entry(run[0].pid).or_default() += run.len() as u64 * obs.page_bytes;
+        }
+        if !obs.scan_complete {
+            return;
+        }
+        let now = std::mem::take(&mut self.counting);
+        let before = &self.footprint;
+        self.building = now
+            .iter()
+            .filter(|(pid, &bytes)| bytes.saturating_sub(before.get(pid).copied().unwrap_or(bytes)) > reserve)
+            .map(|(&pid, _)| pid)
+            .collect();
+        self.footprint = now;
     }
 }
 
@@ -142,9 +170,7 @@ impl Policy for Strata {
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0).copied() else { return Vec::new() };
         let reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
-        let used: u64 = obs.tiers.iter().map(|t| t.capacity_bytes.saturating_sub(t.free_bytes)).sum();
-        let grew = used.saturating_sub(self.used_bytes.replace(used).unwrap_or(used));
-        let building = self.cfg.build_hold && grew > reserve;
+        self.count_footprints(obs, reserve);
         let budget = fast.capacity_bytes - reserve;
 
         // births: the knapsack fills the budget
@@ -218,9 +244,13 @@ impl Policy for Strata {
         let page_obs = Observations { pages, tiers, ..shared };
         self.pages.set_reserve(Some(reserve));
         actions.extend(self.pages.decide(&page_obs));
-        if building {
-            // the parts still saw the round (their estimates move on); only births are steered
-            actions.retain(|a| !matches!(a, Action::Move { .. }));
+        if self.cfg.build_hold && !self.building.is_empty() {
+            // the parts still saw the round (their estimates move on); a building process's
+            // births are still steered
+            actions.retain(|a| match a {
+                Action::Move { pid, .. } | Action::MoveToNode { pid, .. } => !self.building.contains(pid),
+                Action::SetDirective { .. } => true,
+            });
         }
         actions
     }
@@ -419,12 +449,12 @@ mod tests {
         assert_eq!(eleven - three, 8, "eleven scans against three: rounds {eleven} and {three}");
     }
 
-    #[test]
-    fn nothing_moves_while_the_program_builds() {
-        // a fast tier of 32 MiB (headroom 1.6 MiB) full of one 32 MiB object, sampled evenly,
-        // and a 4 MiB object in the slow tier sampled eight times as densely; the slow tier's
-        // used bytes grow 4 MiB a round for rounds 1-8 (the program still building: its new
-        // memory lands in the headroom as soon as there is one), then stay
+    /// A fast tier of 32 MiB (headroom 1.6 MiB) full of process 1's 32 MiB object, sampled
+    /// evenly, and its 4 MiB object in the slow tier sampled eight times as densely; `grower`'s
+    /// present pages grow 4 MiB a round for rounds 1-8 (a program still building: its new memory
+    /// lands in the headroom as soon as there is one), then stay, and so do the node's used
+    /// bytes whoever grows. The rounds in which something of process 1 is demoted, and promoted.
+    fn rounds_moving(cfg: Config, grower: u32) -> (Vec<u64>, Vec<u64>) {
         let obs = |round: u64| {
             let fast = ObjectObs { fast_bytes: 32 * MB, ..slow_object(0, 32 * MB, 1) };
             let hot = slow_object(64 * MB, 4 * MB, 2);
@@ -438,31 +468,45 @@ mod tests {
                 })
             };
             let samples = at(0, 32 * MB, MB, 0).chain(at(64 * MB, 68 * MB, MB / 8, 1)).collect();
-            let mut o = round_obs(round, Vec::new(), vec![fast, hot], samples);
+            let page =
+                |pid: u32, addr: u64, tier: u8| PageObs { pid, addr, tier, node: tier, accessed: false, dirty: false };
             let grown = 4 * MB * round.min(8);
+            let mut pages: Vec<PageObs> = (0..32 * MB).step_by(PAGE as usize).map(|a| page(1, a, 0)).collect();
+            pages.extend((64 * MB..68 * MB).step_by(PAGE as usize).map(|a| page(1, a, 1)));
+            let built = (1 << 30..(1 << 30) + grown).step_by(PAGE as usize).map(|a| page(grower, a, 1));
+            pages.extend(built);
+            pages.sort_by_key(|p| (p.pid, p.addr));
+            let mut o = round_obs(round, pages, vec![fast, hot], samples);
             o.tiers = vec![
                 TierObs { tier: 0, capacity_bytes: 32 * MB, free_bytes: 0 },
                 TierObs { tier: 1, capacity_bytes: 1 << 40, free_bytes: (1 << 40) - grown },
             ];
             o
         };
-        // the rounds in which something is demoted, and promoted
-        let moves = |cfg: Config| -> (Vec<u64>, Vec<u64>) {
-            let mut p = Strata::new(cfg);
-            let rounds: Vec<(u64, Vec<Action>)> = (1..=14).map(|r| (r, p.decide(&obs(r)))).collect();
-            let to = |tier: u8| {
-                rounds
-                    .iter()
-                    .filter(|(_, a)| a.iter().any(|a| matches!(a, Action::Move { to, .. } if *to == tier)))
-                    .map(|(r, _)| *r)
-                    .collect()
-            };
-            (to(1), to(0))
+        let mut p = Strata::new(cfg);
+        let rounds: Vec<(u64, Vec<Action>)> = (1..=14).map(|r| (r, p.decide(&obs(r)))).collect();
+        let to = |tier: u8| {
+            let of_1 = |a: &Action| matches!(a, Action::Move { pid: 1, to, .. } if *to == tier);
+            rounds.iter().filter(|(_, a)| a.iter().any(of_1)).map(|(r, _)| *r).collect()
         };
-        let (down, up) = moves(Config::default());
+        (to(1), to(0))
+    }
+
+    #[test]
+    fn nothing_moves_while_the_program_builds() {
+        let (down, up) = rounds_moving(Config::default(), 1);
         assert!(!down.is_empty() && down.iter().all(|&r| r > 8), "demoted in rounds {down:?}");
         assert!(!up.is_empty() && up.iter().all(|&r| r > 8), "promoted in rounds {up:?}");
-        let (down, up) = moves(Config { build_hold: false, ..Config::default() });
+        let (down, up) = rounds_moving(Config { build_hold: false, ..Config::default() }, 1);
+        assert!(down.iter().any(|&r| r <= 8), "demoted in rounds {down:?}");
+        assert!(up.iter().any(|&r| r <= 8), "promoted in rounds {up:?}");
+    }
+
+    /// Another process growing (another user's program, or another managed one: the node's used
+    /// bytes grow the same) holds nothing of process 1: the hold is no lever on the daemon.
+    #[test]
+    fn another_process_building_holds_nothing_of_this_one() {
+        let (down, up) = rounds_moving(Config::default(), 2);
         assert!(down.iter().any(|&r| r <= 8), "demoted in rounds {down:?}");
         assert!(up.iter().any(|&r| r <= 8), "promoted in rounds {up:?}");
     }
