@@ -95,6 +95,11 @@ pub struct Config {
     /// intervals in a row (0: the paper's rule; `strata` uses it so that a burst, such as an
     /// object's first fill, does not promote what is demoted the next round)
     pub min_streak: u32,
+    /// an object demoted after a stay in the fast tier in which it was sampled in fewer than half
+    /// of the intervals (a promotion that did not pay: a sweep's passing heat) needs `min_streak`
+    /// more intervals in a row for each such stay before it is promoted again (false: the paper's
+    /// rule)
+    pub unpaid_backoff: bool,
     /// what the program's arenas are (their pages' records, with the arena's binding as the
     /// program's hint): see [`Hints`]
     pub hints: Hints,
@@ -136,6 +141,7 @@ impl Default for Config {
             site_fraction: 1.0,
             hysteresis: 0.0,
             min_streak: 0,
+            unpaid_backoff: false,
             hints: Hints::Pin,
             hint_weight: 1.0,
         }
@@ -185,6 +191,33 @@ struct ObjState {
     last_ns: Option<u64>,
     /// intervals in a row, up to this one, in which it was sampled
     streak: u32,
+    /// since it was promoted (the interval of its promotion, and the intervals since in which it
+    /// was sampled); None while it has not been promoted or has been demoted since
+    stay: Option<(u64, u32)>,
+    /// its stays in the fast tier that did not pay (`unpaid_backoff`)
+    unpaid: u32,
+}
+
+impl ObjState {
+    /// A move decided for it: a promotion starts a stay in the fast tier (one of a unit already
+    /// mostly there only tops it up); a demotion ends one, counting it unpaid when it was
+    /// sampled in fewer than half of the stay's intervals.
+    fn moved(&mut self, to_fast: bool, was_fast: bool, interval: u64) {
+        match (to_fast, was_fast) {
+            (true, false) => self.stay = Some((interval, 0)),
+            (false, true) => {
+                if let Some((from, sampled)) = self.stay.take() {
+                    let paid = u64::from(sampled) * 2 >= interval - from;
+                    self.unpaid = if paid { 0 } else { self.unpaid.saturating_add(1) };
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn new(len: u64, context: u32, born: u64) -> ObjState {
+        ObjState { len, context, born, tau: 0.0, last_ns: None, streak: 0, stay: None, unpaid: 0 }
+    }
 }
 
 /// What is ranked and moved as one: an object (a record of one), or all records of an arena.
@@ -208,7 +241,7 @@ struct Unit {
 
 impl Unit {
     fn new(o: &ObjectObs, prior: f64) -> Unit {
-        let st = ObjState { len: 0, context: o.context, born: u64::MAX, tau: 0.0, last_ns: None, streak: 0 };
+        let st = ObjState::new(0, o.context, u64::MAX);
         Unit {
             pid: o.pid,
             arena: o.arena,
@@ -228,6 +261,7 @@ impl Unit {
         self.st.born = self.st.born.min(st.born);
         self.st.last_ns = self.st.last_ns.max(st.last_ns);
         self.st.streak = self.st.streak.max(st.streak);
+        self.st.unpaid = self.st.unpaid.max(st.unpaid);
         self.fast_bytes += o.fast_bytes;
         self.resident_bytes += o.resident_bytes;
         self.members.push(i);
@@ -324,13 +358,14 @@ impl Mat {
             let mut st = match self.objects.get(&key) {
                 Some(st) if st.len == o.len && st.context == o.context => *st,
                 // a new object (or another one at a reused address)
-                _ => {
-                    ObjState { len: o.len, context: o.context, born: self.interval, tau: 0.0, last_ns: None, streak: 0 }
-                }
+                _ => ObjState::new(o.len, o.context, self.interval),
             };
             st.tau = self.cfg.alpha * counts[i] as f64 + (1.0 - self.cfg.alpha) * st.tau;
             st.last_ns = st.last_ns.max(last[i]);
             st.streak = if counts[i] > 0 { st.streak.saturating_add(1) } else { 0 };
+            if let Some((_, sampled)) = &mut st.stay {
+                *sampled += u32::from(counts[i] > 0);
+            }
             next.insert(key, st);
         }
         self.objects = next;
@@ -394,7 +429,8 @@ impl Mat {
         let mut open = true;
         ranked
             .map(|u| {
-                let eligible = u.st.streak >= self.cfg.min_streak || u.in_fast();
+                let unpaid = if self.cfg.unpaid_backoff { u.st.unpaid } else { 0 };
+                let eligible = u.st.streak >= self.cfg.min_streak.saturating_mul(1 + unpaid) || u.in_fast();
                 let fits = filled + u.cost() <= budget;
                 open = open && (!eligible || fits || !end);
                 let to_fast = open && eligible && fits;
@@ -529,6 +565,9 @@ impl Mat {
                 };
                 if go {
                     actions.push(Action::Move { pid: o.pid, addr: o.addr, len: o.len, to, priority });
+                    if let Some(st) = self.objects.get_mut(&(o.pid, o.addr)) {
+                        st.moved(to_fast, u.in_fast(), self.interval);
+                    }
                 }
             }
         }
@@ -764,6 +803,47 @@ mod tests {
         assert!(steady.iter().flatten().all(|&(at, _)| at == 10), "{steady:?}");
         let first = steady.iter().position(|m| m.contains(&(10, 0)));
         assert_eq!(first, Some(2), "promoted in its third interval: {steady:?}");
+    }
+
+    /// A fast set with room for one of two 1 MiB objects, the moves carried out: A (at 0) fast
+    /// at the start, B (at 10) slow. B is sampled 20 times an interval for the first `hot`
+    /// intervals of every 60 (a sweep passing over it, or a phase); A once an interval, or, with
+    /// `phases`, 20 times in the intervals B is not. The intervals in which B is promoted, of 180.
+    fn promotions_of_b(unpaid_backoff: bool, hot: u64, phases: bool) -> Vec<u64> {
+        let cfg = Config { hysteresis: 3.0, min_streak: 3, unpaid_backoff, ..Config::default() };
+        let mut m = Mat::new(cfg, "mat");
+        let mut o = vec![obj(0, 1, 1, 0), obj(10, 1, 2, 1)];
+        let mut up = Vec::new();
+        for i in 1..=180u64 {
+            let b_hot = (i - 1) % 60 < hot;
+            let mut s = samples(0, if phases && !b_hot { 20 } else { 1 }, i);
+            if b_hot {
+                s.extend(samples(10, 20, i));
+            }
+            for (at, to) in moves(&m.decide(&obs(o.clone(), s, 12 * MB / 10))) {
+                let k = usize::from(at == 10);
+                o[k].fast_bytes = if to == 0 { o[k].len } else { 0 };
+                if at == 10 && to == 0 {
+                    up.push(i);
+                }
+            }
+        }
+        up
+    }
+
+    #[test]
+    fn a_promotion_that_did_not_pay_makes_the_next_one_wait_longer() {
+        // five hot intervals in sixty: promoted at each pass without the backoff; with it, the
+        // first stay (sampled in 3 of about 36 intervals) does not pay, and five in a row are
+        // then short of the six it takes
+        let without = promotions_of_b(false, 5, false);
+        assert_eq!(without.len(), 3, "promoted at each pass: {without:?}");
+        let with = promotions_of_b(true, 5, false);
+        assert_eq!(with, without[..1], "once: {with:?}");
+        // thirty in sixty, A hot in the others (phases): each stay pays, each phase promotes B
+        let phases = promotions_of_b(true, 30, true);
+        assert_eq!(phases.len(), 3, "{phases:?}");
+        assert_eq!(phases, promotions_of_b(false, 30, true));
     }
 
     /// Three objects of 10 MiB, born in intervals 1, 2, 3 at 0, 10, 20 MiB; a fast tier that

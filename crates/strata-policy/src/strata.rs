@@ -54,6 +54,9 @@ pub struct Config {
     /// a record below the fast tier is promoted only once it has been sampled this many rounds
     /// in a row
     pub min_streak: u32,
+    /// a record demoted after a stay in the fast tier that did not pay (sampled in fewer than
+    /// half of its rounds there) needs `min_streak` more rounds in a row for each such stay
+    pub unpaid_backoff: bool,
     /// the pages' part: scans of a page before it may move (11: Ambix's 10 is the ping-pong
     /// window's last period, so a page demoted at its first chance counts as ping-pong)
     pub min_scans: u32,
@@ -79,6 +82,7 @@ impl Default for Config {
             hysteresis: 3.0,
             headroom: 0.05,
             min_streak: 3,
+            unpaid_backoff: true,
             min_scans: 11,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
@@ -120,6 +124,7 @@ impl Strata {
             priority: mat::Priority::Apb,
             hysteresis: cfg.hysteresis,
             min_streak: cfg.min_streak,
+            unpaid_backoff: cfg.unpaid_backoff,
             hints: cfg.hints,
             hint_weight: cfg.hint_weight,
             // the records are split here, each with its own residency: MAT must not split them
