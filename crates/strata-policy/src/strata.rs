@@ -60,6 +60,9 @@ pub struct Config {
     /// the pages' part: scans of a page before it may move (11: Ambix's 10 is the ping-pong
     /// window's last period, so a page demoted at its first chance counts as ping-pong)
     pub min_scans: u32,
+    /// the pages' part: a slow page takes a fast page's place only when it scores this much
+    /// higher (Ambix's `swap_margin`)
+    pub swap_margin: i32,
     /// the arenas the program bound: `prior` (each moves as one unit, its binding weighing its
     /// rank), `pin` (each stays where the program put it) or `ignore` (their pages are paged, as
     /// an unbound arena's always are)
@@ -84,6 +87,7 @@ impl Default for Config {
             min_streak: 3,
             unpaid_backoff: true,
             min_scans: 11,
+            swap_margin: 0,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
@@ -133,7 +137,8 @@ impl Strata {
             split_mb: f64::MAX,
             ..mat::Config::default()
         };
-        let pages = ambix::Config { min_scans: cfg.min_scans, ..ambix::Config::default() };
+        let pages =
+            ambix::Config { min_scans: cfg.min_scans, swap_margin: cfg.swap_margin, ..ambix::Config::default() };
         Strata {
             cfg,
             births: hmalloc::Hmalloc::new(hmalloc::Config::default()),
