@@ -846,6 +846,21 @@ mod tests {
         assert_eq!(phases, promotions_of_b(false, 30, true));
     }
 
+    #[test]
+    fn a_stay_pays_when_sampled_in_half_its_intervals_and_a_paid_one_clears_the_count() {
+        // promoted at 10, demoted at 20: sampled in 4 of its 10 intervals does not pay, in 5 does
+        let stay = |unpaid: u32, sampled: u32| {
+            let mut st = ObjState { unpaid, ..ObjState::new(MB, 1, 0) };
+            st.moved(true, false, 10);
+            st.stay = st.stay.map(|(from, _)| (from, sampled));
+            st.moved(true, true, 15); // a top-up of a unit already fast: the stay goes on
+            st.moved(false, true, 20);
+            (st.unpaid, st.stay)
+        };
+        assert_eq!(stay(2, 4), (3, None));
+        assert_eq!(stay(2, 5), (0, None));
+    }
+
     /// Three objects of 10 MiB, born in intervals 1, 2, 3 at 0, 10, 20 MiB; a fast tier that
     /// holds two of them (at 90 %: 22.2 MiB); object 0 sampled most per byte, object 1 sampled
     /// last. Returns the moves of the re-assignment in interval 5.

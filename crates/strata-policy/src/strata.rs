@@ -17,7 +17,8 @@
 //!    byte and moved as units, with `hysteresis` (3): a record in the fast tier ranks as if
 //!    four times as hot, so near-ties do not trade places every round, and `min_streak` (3): a record
 //!    below the fast tier is promoted only once it has been sampled three rounds in a row (a
-//!    burst, such as an array's first fill, is not heat). Each record's residency is counted
+//!    burst, such as an array's first fill, is not heat), three more for each stay in the fast
+//!    tier that did not pay (`unpaid_backoff`: a sweep's passing heat). Each record's residency is counted
 //!    from the round's scan ([`mat::split_records`]). The records' fast set fills
 //!    the budget first, whatever the pages hold: their samples say more than a page's bits, and
 //!    a move of a whole record is one decision instead of hundreds. The arenas the program
@@ -87,7 +88,7 @@ impl Default for Config {
             min_streak: 3,
             unpaid_backoff: true,
             min_scans: 11,
-            swap_margin: 0,
+            swap_margin: ambix::Config::default().swap_margin,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
@@ -180,7 +181,9 @@ impl Policy for Strata {
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0).copied() else { return Vec::new() };
         let reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
-        self.count_footprints(obs, reserve);
+        if self.cfg.build_hold {
+            self.count_footprints(obs, reserve);
+        }
         let budget = fast.capacity_bytes - reserve;
 
         // births: the knapsack fills the budget
@@ -254,7 +257,7 @@ impl Policy for Strata {
         let page_obs = Observations { pages, tiers, ..shared };
         self.pages.set_reserve(Some(reserve));
         actions.extend(self.pages.decide(&page_obs));
-        if self.cfg.build_hold && !self.building.is_empty() {
+        if !self.building.is_empty() {
             // the parts still saw the round (their estimates move on); a building process's
             // births are still steered
             actions.retain(|a| match a {
