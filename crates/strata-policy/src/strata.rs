@@ -35,7 +35,8 @@
 //!    (small allocations, memory the allocator does not see) are scored from the accessed bits
 //!    and moved with Ambix's rules (a ranking cut, `min_scans` scans between moves; 11, one more
 //!    than Ambix's 10, so a moved page outlives the ping-pong window: docs/tiering.md#ping-pong) in what
-//!    the records' fast set leaves of the budget; when the records grow, the pages' part shrinks and Ambix
+//!    the records' fast set leaves of the budget, a slow page taking a fast one's place only when
+//!    it scores `swap_margin` (6) more; when the records grow, the pages' part shrinks and Ambix
 //!    demotes its coldest pages to make the room (the mover runs demotions first).
 use std::collections::{HashMap, HashSet};
 
@@ -62,7 +63,8 @@ pub struct Config {
     /// window's last period, so a page demoted at its first chance counts as ping-pong)
     pub min_scans: u32,
     /// the pages' part: a slow page takes a fast page's place only when it scores this much
-    /// higher (Ambix's `swap_margin`)
+    /// higher (Ambix's `swap_margin`; 6 here, so pages of near-equal heat do not trade places
+    /// on one round's accessed bits)
     pub swap_margin: i32,
     /// the arenas the program bound: `prior` (each moves as one unit, its binding weighing its
     /// rank), `pin` (each stays where the program put it) or `ignore` (their pages are paged, as
@@ -88,7 +90,7 @@ impl Default for Config {
             min_streak: 3,
             unpaid_backoff: true,
             min_scans: 11,
-            swap_margin: ambix::Config::default().swap_margin,
+            swap_margin: 6,
             hints: mat::Hints::Prior,
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
