@@ -162,6 +162,10 @@ fn ycsb_table(s: &mut String, r: &ycsb::Report) {
 /// policies at 25 % against first-touch and the kernel's tiering (linux; tpp in runs before
 /// it).
 fn tiering_table(s: &mut String, r: &tiering::Report) {
+    if r.suite.is_some() && r.rows.iter().any(|x| x.fast_ratio == Some(0.25)) {
+        let _ = writeln!(s, "Throughput over first touch at 1:4 fast:total (model output; the README's table):\n");
+        headline_table(s, r);
+    }
     let mut workloads: Vec<&str> = Vec::new();
     let mut policies: Vec<&str> = Vec::new();
     let mut ratios: Vec<f64> = Vec::new();
@@ -240,6 +244,38 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
     if r.suite.is_some() {
         targets_table(s, r, &workloads, &ratios);
     }
+}
+
+/// The suite's headline, the README's table: every policy's throughput over first touch at 1:4
+/// fast:total, per workload, and strata's share of all-fast.
+pub fn headline_table(s: &mut String, r: &tiering::Report) {
+    const AT: Option<f64> = Some(0.25);
+    let mut workloads: Vec<&str> = Vec::new();
+    let mut policies: Vec<&str> = Vec::new();
+    for x in r.rows.iter().filter(|x| x.fast_ratio == AT) {
+        if !workloads.contains(&x.workload.as_str()) {
+            workloads.push(&x.workload);
+        }
+        if x.policy != "first-touch" && !policies.contains(&x.policy.as_str()) {
+            policies.push(&x.policy);
+        }
+    }
+    let get = |w: &str, p: &str| r.rows.iter().find(|x| x.workload == w && x.policy == p && x.fast_ratio == AT);
+    let _ = writeln!(
+        s,
+        "| workload | {} | strata of all-fast |\n|---|{}---|",
+        policies.join(" | "),
+        "---|".repeat(policies.len())
+    );
+    for w in &workloads {
+        let cells: Vec<String> = policies
+            .iter()
+            .map(|p| get(w, p).and_then(|x| x.speedup_over_first_touch).map_or("-".into(), |v| format!("{v:.2}")))
+            .collect();
+        let all = get(w, "strata").map_or("-".into(), |x| format!("{:.2}", x.fraction_of_all_fast));
+        let _ = writeln!(s, "| {w} | {} | {all} |", cells.join(" | "));
+    }
+    s.push('\n');
 }
 
 /// What users pick instead of Strata: doing nothing (first touch) and the field's tiering.
@@ -602,4 +638,29 @@ pub fn summarize(dir: &Path) -> Result<String, Error> {
         }
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's suite table is the headline of the file it names, as generated: a figure
+    /// typed or left stale there fails this.
+    #[test]
+    fn the_readmes_suite_table_is_generated_from_its_file() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let at = readme.find("**The suite, emulated").expect("the README's suite paragraph");
+        let para = &readme[at..];
+        let name = para
+            .split('`')
+            .find(|w| w.contains("/suite-") && w.ends_with(".json"))
+            .expect("the paragraph names its file in backticks");
+        let text = std::fs::read_to_string(root.join("bench/results").join(name)).unwrap();
+        let r: Saved<tiering::Report> = serde_json::from_str(&text).unwrap();
+        let mut table = String::new();
+        headline_table(&mut table, &r.report);
+        assert!(table.lines().count() > 3, "{table}");
+        assert!(para.contains(table.trim_end()), "README's table is not {name}'s:\n{table}");
+    }
 }
