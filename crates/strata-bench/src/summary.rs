@@ -248,7 +248,7 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
 
 /// The suite's headline, the README's table: every policy's throughput over first touch at 1:4
 /// fast:total, per workload, and strata's share of all-fast.
-pub fn headline_table(s: &mut String, r: &tiering::Report) {
+fn headline_table(s: &mut String, r: &tiering::Report) {
     const AT: Option<f64> = Some(0.25);
     let mut workloads: Vec<&str> = Vec::new();
     let mut policies: Vec<&str> = Vec::new();
