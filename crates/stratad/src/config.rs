@@ -708,6 +708,11 @@ mod tests {
         assert!(c.processes.is_empty());
         assert_eq!(c.metrics, MetricsConfig::default(), "no endpoint unless asked");
         assert_eq!(c.heat, crate::heat::HeatConfig::default());
+        // and so are its policies' tables (a default changed in the code is changed there too)
+        let table = |name: &str| c.policy[name].as_table().unwrap().clone();
+        assert_eq!(table("strata").try_into(), Ok(strata_policy::strata::Config::default()));
+        assert_eq!(table("ambix").try_into(), Ok(strata_policy::ambix::Config::default()));
+        assert_eq!(table("mat").try_into(), Ok(strata_policy::mat::Config::default()));
         let e = Config::parse("[heat]\nhot_rounds = 5\ncold_rounds = 5\n", "ambix").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("heat.cold_rounds"), "{e}");
         Config::parse("[metrics]\nlisten = \"127.0.0.1:9464\"\n", "ambix").unwrap();
