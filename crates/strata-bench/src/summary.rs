@@ -31,6 +31,17 @@ fn files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(out)
 }
 
+/// Each value once, in the order of its first appearance (a table's rows and columns).
+fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for x in items {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
 fn parse<T: DeserializeOwned>(path: &Path, v: Value) -> Result<Saved<T>, Error> {
     serde_json::from_value(v).map_err(|e| failed(format!("{}: {e}", path.display())))
 }
@@ -65,12 +76,7 @@ fn locality_table(s: &mut String, r: &locality::Report) {
 }
 
 fn alloc_table(s: &mut String, r: &alloc::Report) {
-    let mut allocators: Vec<&str> = Vec::new();
-    for x in &r.results {
-        if !allocators.contains(&x.allocator.as_str()) {
-            allocators.push(&x.allocator);
-        }
-    }
+    let allocators = distinct(r.results.iter().map(|x| x.allocator.as_str()));
     let _ = writeln!(s, "| benchmark | {} |\n|---|{}", allocators.join(" | "), "---|".repeat(allocators.len()));
     for (bench, ratios) in &r.ratios {
         let cells: Vec<String> = allocators
@@ -101,16 +107,8 @@ fn alloc_table(s: &mut String, r: &alloc::Report) {
 
 fn ycsb_table(s: &mut String, r: &ycsb::Report) {
     // a column per workload and theta (a theta sweep's columns are its thetas)
-    let mut columns: Vec<(&str, f64)> = Vec::new();
-    let mut configs: Vec<(ycsb::Target, &ycsb::Config)> = Vec::new();
-    for x in &r.results {
-        if !columns.contains(&(x.workload.as_str(), x.theta)) {
-            columns.push((&x.workload, x.theta));
-        }
-        if !configs.contains(&(x.variant, &x.config)) {
-            configs.push((x.variant, &x.config));
-        }
-    }
+    let columns = distinct(r.results.iter().map(|x| (x.workload.as_str(), x.theta)));
+    let mut configs = distinct(r.results.iter().map(|x| (x.variant, &x.config)));
     configs.sort_by_key(|(t, c)| (*c, *t)); // the baseline first, the upper bound last
     let mut thetas: Vec<f64> = columns.iter().map(|c| c.1).collect();
     thetas.sort_by(f64::total_cmp);
@@ -166,22 +164,10 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
         let _ = writeln!(s, "Throughput over first touch at 1:4 fast:total (model output; the README's table):\n");
         headline_table(s, r);
     }
-    let mut workloads: Vec<&str> = Vec::new();
-    let mut policies: Vec<&str> = Vec::new();
-    let mut ratios: Vec<f64> = Vec::new();
-    for x in &r.rows {
-        if !workloads.contains(&x.workload.as_str()) {
-            workloads.push(&x.workload);
-        }
-        if let Some(f) = x.fast_ratio {
-            if !policies.contains(&x.policy.as_str()) {
-                policies.push(&x.policy);
-            }
-            if !ratios.contains(&f) {
-                ratios.push(f);
-            }
-        }
-    }
+    let workloads = distinct(r.rows.iter().map(|x| x.workload.as_str()));
+    let ranged = || r.rows.iter().filter(|x| x.fast_ratio.is_some());
+    let policies = distinct(ranged().map(|x| x.policy.as_str()));
+    let mut ratios = distinct(ranged().filter_map(|x| x.fast_ratio));
     ratios.sort_by(f64::total_cmp);
     let pct: Vec<String> = ratios.iter().map(|x| format!("{}", x * 100.0)).collect();
     let _ = writeln!(
@@ -250,16 +236,9 @@ fn tiering_table(s: &mut String, r: &tiering::Report) {
 /// fast:total, per workload, and strata's share of all-fast.
 fn headline_table(s: &mut String, r: &tiering::Report) {
     const AT: Option<f64> = Some(0.25);
-    let mut workloads: Vec<&str> = Vec::new();
-    let mut policies: Vec<&str> = Vec::new();
-    for x in r.rows.iter().filter(|x| x.fast_ratio == AT) {
-        if !workloads.contains(&x.workload.as_str()) {
-            workloads.push(&x.workload);
-        }
-        if x.policy != "first-touch" && !policies.contains(&x.policy.as_str()) {
-            policies.push(&x.policy);
-        }
-    }
+    let rows = || r.rows.iter().filter(|x| x.fast_ratio == AT);
+    let workloads = distinct(rows().map(|x| x.workload.as_str()));
+    let policies = distinct(rows().map(|x| x.policy.as_str()).filter(|p| *p != "first-touch"));
     let get = |w: &str, p: &str| r.rows.iter().find(|x| x.workload == w && x.policy == p && x.fast_ratio == AT);
     let _ = writeln!(
         s,
@@ -382,12 +361,7 @@ fn sweep_table(s: &mut String, r: &tiering::Report) {
     let mut ratios: Vec<f64> = r.sweep.iter().filter_map(|w| w.fast_ratio).collect();
     ratios.sort_by(|a, b| b.total_cmp(a));
     ratios.dedup();
-    let mut keys: Vec<(&str, &str)> = Vec::new();
-    for w in &r.sweep {
-        if !keys.contains(&(w.workload.as_str(), w.policy.as_str())) {
-            keys.push((&w.workload, &w.policy));
-        }
-    }
+    let keys = distinct(r.sweep.iter().map(|w| (w.workload.as_str(), w.policy.as_str())));
     let head: Vec<String> = ratios.iter().map(|x| format!("{} % fast", x * 100.0)).collect();
     let _ = writeln!(s, "| workload | policy | {} |\n|---|---|{}", head.join(" | "), "---|".repeat(ratios.len()));
     for (w, p) in &keys {
