@@ -20,6 +20,8 @@
 //!
 //! The scan size (40 GB a round) and period (1 s) of the paper belong to the tracker that feeds
 //! the policy (the engine's configuration), not to the policy.
+use std::collections::HashSet;
+
 use serde::Deserialize;
 
 use crate::{Action, Needs, Observations, Policy, Tier, TierObs};
@@ -107,13 +109,15 @@ pub struct Ambix {
     /// the bytes of the fast tier kept free, when a combined policy sets them (else
     /// `fast_free_fraction` of it)
     reserve_bytes: Option<u64>,
+    /// processes whose pages stay where they are this round (`set_held`)
+    held: HashSet<u32>,
 }
 
 impl Ambix {
     pub fn new(cfg: Config) -> Ambix {
         // before the first full scan there is no ranking: new pages start in the middle
         let threshold = cfg.score_max / 2;
-        Ambix { cfg, pages: Vec::new(), threshold, pass: 0, reserve_bytes: None }
+        Ambix { cfg, pages: Vec::new(), threshold, pass: 0, reserve_bytes: None, held: HashSet::new() }
     }
 
     /// Keep these bytes of the fast tier free instead of `fast_free_fraction` of it: a
@@ -121,6 +125,12 @@ impl Ambix {
     /// observations) and one headroom for the whole tier.
     pub fn set_reserve(&mut self, bytes: Option<u64>) {
         self.reserve_bytes = bytes;
+    }
+
+    /// Hold these processes' pages where they are: a combined policy's rule says they must not
+    /// move now. Their scores go on; they are neither promoted nor demoted (nor placed anew).
+    pub fn set_held(&mut self, pids: HashSet<u32>) {
+        self.held = pids;
     }
 
     fn reserve(&self, fast: &TierObs) -> u64 {
@@ -238,20 +248,21 @@ impl Ambix {
         let mut room = (fast.free_bytes as i64).min(fast.capacity_bytes as i64 - own) - reserve;
         let mut budget = self.cfg.max_migrate_bytes as i64;
         let min_scans = self.cfg.min_scans;
-        let eligible = |s: &PageState| s.scans >= min_scans;
+        let held = &self.held;
+        let eligible = |k: &Key, s: &PageState| s.scans >= min_scans && !held.contains(&k.0);
         // hot pages below the fast tier, hottest first; pages in it that are not hot, coldest
         // first
         let mut up: Vec<(Key, i32)> = self
             .pages
             .iter()
-            .filter(|(_, s)| s.tier != 0 && eligible(s) && s.hot)
+            .filter(|(k, s)| s.tier != 0 && eligible(k, s) && s.hot)
             .map(|(k, s)| (*k, s.score))
             .collect();
         up.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut down: Vec<(Key, i32)> = self
             .pages
             .iter()
-            .filter(|(_, s)| s.tier == 0 && eligible(s) && !s.hot)
+            .filter(|(k, s)| s.tier == 0 && eligible(k, s) && !s.hot)
             .map(|(k, s)| (*k, s.score))
             .collect();
         down.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
@@ -436,6 +447,22 @@ mod tests {
             assert_eq!(w.round(&mut p), 0, "round {round}: a page moved before 10 scans");
         }
         assert_eq!(w.round(&mut p), 20, "the 10th scan makes them eligible");
+        assert_eq!(w.in_fast(0..20), 20);
+    }
+
+    #[test]
+    fn a_held_process_s_pages_stay_and_move_once_released() {
+        // process 1's 20 hot pages in the slow tier, an empty fast tier; process 1 held for
+        // rounds 1-15: its pages are scanned but not moved, and not placed anew, so they go up
+        // in the first round after the hold
+        let mut w = World { fast_pages: 100, slow_pages: 100, pages: vec![(1, true, false); 20] };
+        let mut p = Ambix::new(Config::default());
+        for round in 1..=15 {
+            p.set_held(HashSet::from([1]));
+            assert_eq!(w.round(&mut p), 0, "round {round}: a held page moved");
+        }
+        p.set_held(HashSet::new());
+        assert_eq!(w.round(&mut p), 20, "released, the pages go up at once");
         assert_eq!(w.in_fast(0..20), 20);
     }
 

@@ -27,7 +27,7 @@
 //! whose ranked objects were put in the slow set has its later allocations sent to the slow
 //! tier, one all of whose objects were put in the fast set to the fast tier, and any other site
 //! is left to the default (fast while there is room). `site_fraction` (1.0) relaxes "all".
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use serde::Deserialize;
 
@@ -306,6 +306,8 @@ pub struct Mat {
     /// the bytes of the fast tier the objects may fill, when a combined policy sets them (else
     /// `fast_fill` of it less what is resident there outside the objects)
     budget_bytes: Option<u64>,
+    /// processes whose records stay where they are this round (`set_held`)
+    held: HashSet<u32>,
 }
 
 impl Mat {
@@ -324,6 +326,7 @@ impl Mat {
             assignments: 0,
             fast_set_bytes: 0,
             budget_bytes: None,
+            held: HashSet::new(),
         }
     }
 
@@ -458,6 +461,13 @@ impl Mat {
         self.budget_bytes = bytes;
     }
 
+    /// Hold these processes' records where they are: a combined policy's rule says they must not
+    /// move now. They are neither ranked nor moved (their stays neither begin nor end), their
+    /// fast bytes are taken from the budget, and their estimates go on.
+    pub fn set_held(&mut self, pids: HashSet<u32>) {
+        self.held = pids;
+    }
+
     /// The bytes of the fast set of the last re-assignment.
     pub fn fast_set_bytes(&self) -> u64 {
         self.fast_set_bytes
@@ -488,8 +498,9 @@ impl Mat {
         for u in units.iter_mut().filter(|u| u.arena != 0) {
             u.st.streak = self.arena_streaks.get(&(u.pid, u.arena)).copied().unwrap_or(0);
         }
-        // ephemeral buffering: only units that have lived a whole interval
-        let ranked: Vec<Unit> = units.into_iter().filter(|u| u.st.born < self.interval).collect();
+        // ephemeral buffering: only units that have lived a whole interval (and are not held)
+        let ranked: Vec<Unit> =
+            units.into_iter().filter(|u| u.st.born < self.interval && !self.held.contains(&u.pid)).collect();
         // the fast tier less what is resident there outside the ranked objects (with a budget
         // given: less what the objects not ranked yet hold)
         let ranked_fast: u64 = ranked.iter().map(|u| u.fast_bytes).sum();
@@ -844,6 +855,40 @@ mod tests {
         let phases = promotions_of_b(true, 30, true);
         assert_eq!(phases.len(), 3, "{phases:?}");
         assert_eq!(phases, promotions_of_b(false, 30, true));
+    }
+
+    #[test]
+    fn a_held_process_is_neither_ranked_nor_moved_and_its_stay_goes_on() {
+        // process 1's record A (at 0) is promoted while hot, then never sampled again; process
+        // 2's record C (at 20) is hot from interval 4 on. The fast tier holds one of them.
+        let cfg = Config { min_streak: 1, unpaid_backoff: true, ..Config::default() };
+        let mut m = Mat::new(cfg, "mat");
+        let mut o = vec![obj(0, 1, 1, 1), ObjectObs { pid: 2, ..obj(20, 1, 2, 1) }];
+        let mut by_interval = Vec::new();
+        for i in 1..=12u64 {
+            // process 1 is held in intervals 4-8
+            m.set_held(if (4..=8).contains(&i) { HashSet::from([1]) } else { HashSet::new() });
+            let mut s = if i <= 3 { samples(0, 20, i) } else { Vec::new() };
+            if i >= 4 {
+                s.extend(samples(20, 20, i).into_iter().map(|s| Sample { pid: 2, ..s }));
+            }
+            let actions = m.decide(&obs(o.clone(), s, 12 * MB / 10));
+            for (at, to) in moves(&actions) {
+                let k = usize::from(at == 20);
+                o[k].fast_bytes = if to == 0 { o[k].len } else { 0 };
+            }
+            by_interval.push(moves(&actions));
+            if i == 8 {
+                let a = &m.objects[&(1, 0)];
+                assert!(a.stay.is_some() && a.unpaid == 0, "held, A's stay neither ended nor counted");
+            }
+        }
+        assert!(by_interval[..3].iter().any(|m| m.contains(&(0, 0))), "A promoted while hot: {by_interval:?}");
+        // while A is held, C does not take its place (A's fast bytes are taken from the budget)
+        assert!(by_interval[3..8].iter().all(|m| m.is_empty()), "moves while held: {by_interval:?}");
+        // released: A is demoted (its stay ends unpaid) and C promoted
+        assert_eq!(by_interval[8], vec![(0, 1), (20, 0)], "{by_interval:?}");
+        assert_eq!(m.objects[&(1, 0)].unpaid, 1);
     }
 
     #[test]

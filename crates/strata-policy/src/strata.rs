@@ -2,7 +2,7 @@
 //! of the fast tier: its capacity less one `headroom` (5 %, Ambix's reserve), shared by the three
 //! parts so that no part overfills what another needs. While a process's footprint grew by more
 //! than the headroom between the last two complete scans (a program building its data), nothing
-//! of it moves (`build_hold`): it refills the headroom faster than a round, so demoting to
+//! of it moves (`build_hold`: both parts are told, and neither ranks nor moves it): it refills the headroom faster than a round, so demoting to
 //! restore it only moves pages, and what the build touched is the build's heat, not the run's
 //! (XSBench: docs/tiering.md#building). The footprint is the process's present pages as the
 //! round's scan saw them, never the node's used bytes: another user's allocations hold nothing.
@@ -235,6 +235,10 @@ impl Policy for Strata {
             contexts: obs.contexts.clone(),
             ..shared.clone()
         };
+        // a building process's records and pages stay where they are: neither part ranks or
+        // moves them (no stay begins or ends, no page is placed anew), their estimates go on
+        self.objects.set_held(self.building.clone());
+        self.pages.set_held(self.building.clone());
         self.objects.set_budget(Some(budget));
         actions.extend(self.objects.decide(&object_obs));
         let planned = self.objects.fast_set_bytes().max(held);
@@ -259,14 +263,6 @@ impl Policy for Strata {
         let page_obs = Observations { pages, tiers, ..shared };
         self.pages.set_reserve(Some(reserve));
         actions.extend(self.pages.decide(&page_obs));
-        if !self.building.is_empty() {
-            // the parts still saw the round (their estimates move on); a building process's
-            // births are still steered
-            actions.retain(|a| match a {
-                Action::Move { pid, .. } | Action::MoveToNode { pid, .. } => !self.building.contains(pid),
-                Action::SetDirective { .. } => true,
-            });
-        }
         actions
     }
 
