@@ -105,6 +105,10 @@ static const setting_t settings[] = {
       "stride_mlp; a pointer chase gets less ahead than a stream)"),
     S("stride_pages", T_INT, stride_pages, "bool",
       "the stride prefetcher follows a stride into another 4 KiB page (Intel's stop at the page)"),
+    S("overlap", T_INT, overlap, "bool",
+      "a stream's line costs what remains of its fetch when the thread reaches it: the streamer "
+      "fetched it when the stream's previous line was taken, so the time the thread spent since "
+      "is taken off its cost (0: every streamed line costs latency / mlp)"),
     S("pair", T_INT, pair, "bool",
       "an L2 miss that no stream continues also brings the other line of its 128-byte pair into "
       "the LLC (the spatial, or adjacent-line, prefetcher)"),

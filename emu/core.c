@@ -165,11 +165,26 @@ static inline int stream_continues(emu_thread_t *t, uint64_t line) {
 #endif
   if (i < EMU_STREAMS) {
     t->stream_last[i] = line;
+    t->stream_slot = (unsigned)i;
     t->stream_misses++;
     return 1;
   }
-  t->stream_last[t->stream_victim++ % EMU_STREAMS] = line;
+  i = (int)(t->stream_victim++ % EMU_STREAMS);
+  t->stream_last[i] = line;
+  t->stream_at[i] = t->clock_ps;
   return 0;
+}
+
+/* What a streamed line costs the thread: its share of the stream's fetches (cost), less, with
+ * overlap=1, the time since the thread took the stream's previous line, during which the
+ * streamer had this one on its way (a list walked at 5 ns a node waits for little of a line
+ * that arrives every 8 ns). The stream's clock then moves to now. */
+static inline uint64_t stream_cost(emu_thread_t *t, uint64_t cost) {
+  if (!emu_cfg.overlap) return cost;
+  uint64_t since = t->clock_ps - t->stream_at[t->stream_slot];
+  cost = cost > since ? cost - since : 0;
+  t->stream_at[t->stream_slot] = t->clock_ps + cost;
+  return cost;
 }
 
 /* Does this L2 miss repeat the step of a recent one's constant stride? (what a stride
@@ -215,7 +230,8 @@ static void memory_access(emu_thread_t *t, int prefetched, const pte_t *pte, int
                   : prefetched == PF_STRIDE ? stride_ps[node]
                   : store                   ? wr_ps[node]
                                             : rd_ps[node];
-  t->clock_ps += (uint64_t)((double)cost * emu_queue_factor[node]);
+  cost = (uint64_t)((double)cost * emu_queue_factor[node]);
+  t->clock_ps += prefetched == PF_STREAM ? stream_cost(t, cost) : cost;
   t->node_accesses[node]++;
   /* a line in, and for a store eventually a line out */
   t->epoch_bytes[node] += (uint64_t)(1 + store) << EMU_LINE_SHIFT;
@@ -277,7 +293,7 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
   int prefetched = stream ? PF_STREAM : stride ? PF_STRIDE : 0;
   if (emu_llc.sets && lru_touch_at(&emu_llc, llc)) {
     t->llc_hits++;
-    t->clock_ps += stream ? t->cost_llc_stream : stride ? t->cost_llc_stride : t->cost_llc;
+    t->clock_ps += stream ? stream_cost(t, t->cost_llc_stream) : stride ? t->cost_llc_stride : t->cost_llc;
     return;
   }
   t->llc_misses++;

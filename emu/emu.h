@@ -79,6 +79,8 @@ typedef struct emu_config_s {
   int physical;                     /* 0: caches indexed by virtual address, as cachegrind; 1:
                                      * L2 and LLC by emulated frame (core.c frame_line) */
   double mlp;                       /* misses in flight for a sequential stream */
+  int overlap;                      /* 1: a stream's line costs what remains of its fetch when
+                                     * the thread reaches it (core.c stream_cost) */
   uint64_t stride_bytes;            /* the largest stride the stride prefetcher follows (0: none) */
   double stride_mlp;                /* misses in flight for a stride (a miss costs latency / it) */
   int stride_pages;                 /* 1: it follows strides into other 4 KiB pages */
@@ -206,7 +208,8 @@ typedef struct emu_thread_s {
   uint64_t node_accesses[EMU_MAX_NODES]; /* LLC misses served per node */
   uint64_t epoch_bytes[EMU_MAX_NODES];
   uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
-  unsigned stream_victim;
+  uint64_t stream_at[EMU_STREAMS];   /* overlap: when the thread took that line (clock_ps) */
+  unsigned stream_victim, stream_slot; /* the slot the last continued stream is in */
   uint64_t walk_last[EMU_WALKS];    /* the page-table lines of the last walks */
   unsigned walk_victim;
   uint64_t stride_last[EMU_STRIDES]; /* an L2-miss line of each tracked stride */

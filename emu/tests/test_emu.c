@@ -109,6 +109,40 @@ static void test_streams(void) {
   munmap(base, 17 * (size_t)AREA);
 }
 
+/* overlap: a stream walked with `work` L1 hits between its lines. Without it each line costs
+ * the stream's share (latency / mlp) on top of the work; with it, the work hides as much of the
+ * line's fetch, so a line costs the more of the two, never less than the stream delivers. */
+static int64_t streamed_ns(int overlap, int work) {
+  enum { PAGES = 64 };
+  char *p = fresh(PAGES * PAGE);
+  for (int i = 0; i < PAGES; i++) p[i * PAGE + PAGE - 64] = 1; /* fault in, past the lines read */
+  volatile char *hot = p + PAGE - 64;
+  int saved = emu_cfg.overlap;
+  emu_cfg.overlap = overlap;
+  int64_t t0 = c("sim_ns");
+  for (int i = 0; i < PAGES; i++)
+    for (int l = 0; l < PAGE / 64 - 1; l++) {
+      (void)*(volatile char *)(p + (size_t)i * PAGE + (size_t)l * 64);
+      for (int w = 0; w < work; w++) (void)*hot;
+    }
+  int64_t ns = c("sim_ns") - t0;
+  emu_cfg.overlap = saved;
+  return ns; /* (not unmapped: its lines stay in the caches, and a later test's fresh pages
+              * must not find them there) */
+}
+
+static void test_overlap(void) {
+  const int64_t lines = 64 * 63;
+  const double line = emu_cfg.rd_ns[0] / emu_cfg.mlp; /* a streamed line from node 0 */
+  for (int work = 4; work <= 20; work += 16) {
+    int64_t off = streamed_ns(0, work), on = streamed_ns(1, work);
+    double hidden = (double)(off - on) / (double)lines; /* ns a line the work hid */
+    double want = work * emu_cfg.l1_ns < line ? work * emu_cfg.l1_ns : line;
+    CHECK(hidden > 0.8 * want && hidden < 1.2 * want);
+    CHECK((double)on / (double)lines >= 0.9 * line); /* never faster than the stream delivers */
+  }
+}
+
 /* One load walking a constant stride: the stride prefetcher follows it within stride_bytes,
  * and into other pages only with stride_pages (the defaults: m2t's 2 KiB, not across pages). */
 static void test_strides(void) {
@@ -829,6 +863,7 @@ int main(void) {
   test_lru_ways();
   test_streams();
   test_strides();
+  test_overlap();
   test_caches();
   test_frames();
   test_pair();

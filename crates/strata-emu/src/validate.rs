@@ -45,6 +45,10 @@ pub struct Options {
     /// and layout, whose median ratios are the verdict [default: 5, 1 with --quick]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: Option<u32>,
+    /// An emulator setting over each pass's calibrated host preset, KEY=VALUE (repeatable), to
+    /// see what it does to the verdict (e.g. --set overlap=1); the report's hosts record it
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::machine::parse_setting)]
+    pub set: Vec<(String, String)>,
 }
 
 /// The geometry both cachegrind and the emulator use for the comparison.
@@ -419,6 +423,10 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         // their pages spread over its sets (virtually indexed, the lines of one list fall into
         // 128 of the LLC's sets and none is left for the next: 1.22-1.25x native)
         host.set("physical", "1");
+        for (k, v) in &a.set {
+            host.set(k, v);
+        }
+        host.resolve()?;
         for (i, (name, args)) in chase_args(&host, a.quick).into_iter().enumerate() {
             say(&format!("pass {pass}/{repeat}: {name} over {} MiB, native and emulated", args[1]));
             let (native, emulated) = chase_pass(&host, &plain, &instrumented, &args)?;
