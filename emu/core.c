@@ -181,7 +181,8 @@ static inline int stream_continues(emu_thread_t *t, uint64_t line) {
  * that arrives every 8 ns). The stream's clock then moves to now. */
 static inline uint64_t stream_cost(emu_thread_t *t, uint64_t cost) {
   if (!emu_cfg.overlap) return cost;
-  uint64_t since = t->clock_ps - t->stream_at[t->stream_slot];
+  uint64_t at = t->stream_at[t->stream_slot];
+  uint64_t since = t->clock_ps > at ? t->clock_ps - at : 0;
   cost = cost > since ? cost - since : 0;
   t->stream_at[t->stream_slot] = t->clock_ps + cost;
   return cost;
