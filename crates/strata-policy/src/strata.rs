@@ -2,9 +2,9 @@
 //! of the fast tier: its capacity less one `headroom` (5 %, Ambix's reserve), shared by the three
 //! parts so that no part overfills what another needs. While a process's footprint grew by more
 //! than the headroom between the last two complete scans (a program building its data), nothing
-//! of it moves (`build_hold`: both parts are told, and neither ranks nor moves it): it refills the headroom faster than a round, so demoting to
-//! restore it only moves pages, and what the build touched is the build's heat, not the run's
-//! (XSBench: docs/tiering.md#building). The footprint is the process's present pages as the
+//! of it moves (`build_hold`: both parts are told, and neither ranks nor moves it): it refills
+//! the headroom faster than a round, so demoting to restore it only moves pages, and what the
+//! build touched is the build's heat, not the run's (XSBench: docs/tiering.md#building). The footprint is the process's present pages as the
 //! round's scan saw them, never the node's used bytes: another user's allocations hold nothing.
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
