@@ -152,6 +152,10 @@ fn run_refuses_programs_not_built_for_the_emulator() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense'"));
+    // and so is one given to the validation, over its host preset
+    let o = strata().args(["emu", "validate", "--quick", "--set", "nonsense=1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown setting 'nonsense'"));
     // a geometry that does not split into sets is refused, not run without that cache
     let o = strata()
         .args(["emu", "run", "--set", "llc=1M", "--set", "llc_ways=15", "--"])

@@ -4,8 +4,9 @@
 //! than the headroom between the last two complete scans (a program building its data), nothing
 //! of it moves (`build_hold`: both parts are told, and neither ranks nor moves it): it refills
 //! the headroom faster than a round, so demoting to restore it only moves pages, and what the
-//! build touched is the build's heat, not the run's (XSBench: docs/tiering.md#building). The footprint is the process's present pages as the
-//! round's scan saw them, never the node's used bytes: another user's allocations hold nothing.
+//! build touched is the build's heat, not the run's (XSBench: docs/tiering.md#building). The
+//! footprint is the process's present pages as the round's scan saw them, never the node's used
+//! bytes: another user's allocations hold nothing.
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
@@ -217,7 +218,7 @@ impl Policy for Strata {
                     && arena_bytes[&(o.pid, o.arena)] <= budget
             }
         });
-        let held: u64 = records.iter().map(|o| o.fast_bytes).sum();
+        let records_fast: u64 = records.iter().map(|o| o.fast_bytes).sum();
         // each part gets what it reads of the round, not a copy of all of it (the pages are
         // most of it: a page a 4 KiB of every managed process)
         let shared = Observations {
@@ -241,7 +242,7 @@ impl Policy for Strata {
         self.pages.set_held(self.building.clone());
         self.objects.set_budget(Some(budget));
         actions.extend(self.objects.decide(&object_obs));
-        let planned = self.objects.fast_set_bytes().max(held);
+        let planned = self.objects.fast_set_bytes().max(records_fast);
 
         // the rest, paged, in what the records' fast set leaves: the tier as the pages see it
         // is the fast tier less the records' share, and its free bytes less what the records'
@@ -254,7 +255,7 @@ impl Policy for Strata {
             .map(|t| match t.tier {
                 0 => TierObs {
                     capacity_bytes: t.capacity_bytes.saturating_sub(planned),
-                    free_bytes: t.free_bytes.saturating_sub(planned - held),
+                    free_bytes: t.free_bytes.saturating_sub(planned - records_fast),
                     ..*t
                 },
                 _ => *t,
