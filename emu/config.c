@@ -25,7 +25,8 @@
     .l1_bytes = 48 << 10, .l1_ways = 12, .l2_bytes = 1280 << 10, .l2_ways = 20,         \
     .llc_bytes = 60ull << 20, .llc_ways = 12, .l1_ns = 1, .l2_ns = 5, .llc_ns = 25,     \
     .dtlb = 64, .dtlb_ways = 4, .dtlb2m = 32, .stlb = 2048, .stlb_ways = 16,            \
-    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .stride_bytes = 2048, .stride_mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,         \
+    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .next_page = 1,            \
+    .stride_bytes = 2048, .stride_mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,          \
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \
     .tpp_promote_mbps = 65536, .tpp_wmark_low = 0.01, .tpp_wmark_high = 0.02,            \
@@ -109,6 +110,12 @@ static const setting_t settings[] = {
       "a stream's line costs what remains of its fetch when the thread reaches it: the streamer "
       "fetched it when the stream's previous line was taken, so the time the thread spent since "
       "is taken off its cost (0: every streamed line costs latency / mlp)"),
+    S("next_page", T_INT, next_page, "bool",
+      "the next-page prefetcher: a stream ascending to the last line of a 4 KiB page has the next "
+      "page's first line fetched into L2 and its translation into the STLB, and the streamer sees "
+      "every L2 access, hit or miss, so it goes on from that line (0: a stream that left its page "
+      "starts again with a demand miss). Intel's cores have it (the built-in presets: on); the "
+      "host preset measures it"),
     S("pair", T_INT, pair, "bool",
       "an L2 miss that no stream continues also brings the other line of its 128-byte pair into "
       "the LLC (the spatial, or adjacent-line, prefetcher)"),

@@ -81,6 +81,7 @@ typedef struct emu_config_s {
   double mlp;                       /* misses in flight for a sequential stream */
   int overlap;                      /* 1: a stream's line costs what remains of its fetch when
                                      * the thread reaches it (core.c stream_cost) */
+  int next_page;                    /* 1: the next-page prefetcher (core.c next_page_fetch) */
   uint64_t stride_bytes;            /* the largest stride the stride prefetcher follows (0: none) */
   double stride_mlp;                /* misses in flight for a stride (a miss costs latency / it) */
   int stride_pages;                 /* 1: it follows strides into other 4 KiB pages */

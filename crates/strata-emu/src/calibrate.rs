@@ -12,7 +12,9 @@
 //! crosses pages: processors differ there (an AMD EPYC core follows a 48 KiB stride across
 //! pages, Intel's cores stop at the page). A chase that reads each line's 128-byte pair
 //! `PAIR_GAP` pairs later says whether the pair came in with the line and stayed (the `pair`
-//! setting). Chases are timed by the thread's CPU time, so that another program sharing the
+//! setting). Lists of pages walked line by line, each page's neighbour another list's page or
+//! unused, say whether the core fetches a page's neighbour as a stream nears its end (the
+//! `next_page` setting). Chases are timed by the thread's CPU time, so that another program sharing the
 //! CPUs does not read as slower memory.
 use std::time::Instant;
 
@@ -29,8 +31,9 @@ pub const L1_BASE_NS: f64 = 1.0;
 /// The way chases are measured: 2 since every hop is one load instruction ([`hops`]) and a
 /// figure the median of its rounds.
 /// 3 since the pair chase ([`pair_chase`]); 4 since the LLC's latency is read at 4 times L2
-/// and a near stride cheaper than memory is within the reach ([`stride_reach`]).
-pub const METHOD: u32 = 4;
+/// and a near stride cheaper than memory is within the reach ([`stride_reach`]); 5 since the
+/// page-list chases ([`page_lists`]).
+pub const METHOD: u32 = 5;
 
 /// One cache level as sysfs describes it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug)]
@@ -79,6 +82,12 @@ pub struct Calibration {
     /// pair was read `PAIR_GAP` pairs before
     #[serde(default)]
     pub pair_ns: f64,
+    /// ns per hop of the page-list chase whose pages' neighbours are the other lists' pages
+    /// (walked before, by a list beside), and of the one whose neighbours are unused
+    #[serde(default)]
+    pub pages_beside_ns: f64,
+    #[serde(default)]
+    pub pages_apart_ns: f64,
 }
 
 /// A chase through a constant stride: followed by a prefetcher when a hop costs less than
@@ -112,6 +121,24 @@ pub const PAIR_GAP: usize = 4096;
 /// DRAM row still open, or in part from its LLC, not kept; read at once, right after its line,
 /// it cost 0.62.
 pub const PAIR_KEPT: f64 = 0.7;
+
+/// The lists of the page-list chases: a list's pages lie this many (or twice as many) pages
+/// apart, as 1,024 lists built a node at a time, each in its own arena, lie in the layout
+/// benchmark.
+pub const PAGE_LISTS: usize = 1024;
+
+/// The next-page prefetcher is on when a page of the page-list chase whose neighbours were
+/// walked costs at least this share of a memory hop less than one whose neighbours are unused:
+/// the page's first line (and its translation) came in with the neighbour's walk, where
+/// without it both start with a demand miss and a walk. An Intel Xeon host read 0.61-0.75 (113
+/// to 145 ns a page less, 5.1-5.2 against 6.0-6.4 ns a hop; `docs/emulator.md`).
+pub const NEXT_PAGE_SAVES: f64 = 0.3;
+
+/// Whether page-list chases of `beside_ns` and `apart_ns` a hop (128 hops a page), against a
+/// memory hop of `memory_ns`, say that a stream's next page is fetched before it is reached.
+pub fn next_page_fetched(beside_ns: f64, apart_ns: f64, memory_ns: f64) -> bool {
+    (apart_ns - beside_ns) * 128.0 > NEXT_PAGE_SAVES * memory_ns
+}
 
 /// Whether a pair chase of `pair_ns` a hop, against a memory hop of `memory_ns`, says that a
 /// line's pair comes in with it and stays.
@@ -160,6 +187,12 @@ impl Calibration {
         pair_kept(self.pair_ns, self.memory_ns)
     }
 
+    /// A page among walked ones costs `NEXT_PAGE_SAVES` of a memory hop less than one among
+    /// unused ones: the next-page prefetcher (the `next_page` setting).
+    pub fn next_page(&self) -> bool {
+        next_page_fetched(self.pages_beside_ns, self.pages_apart_ns, self.memory_ns)
+    }
+
     /// As emulator settings: one tier with this machine's caches and latencies.
     pub fn settings(&self) -> Vec<(String, String)> {
         let s = |k: &str, v: String| (k.to_string(), v);
@@ -188,6 +221,7 @@ impl Calibration {
             s("stride_mlp", format!("{:.2}", self.stride_mlp)),
             s("stride_pages", u8::from(self.stride_pages).to_string()),
             s("pair", u8::from(self.pair()).to_string()),
+            s("next_page", u8::from(self.next_page()).to_string()),
         ]
     }
 }
@@ -405,6 +439,39 @@ fn pair_chase(buf: &Buffer, bytes: usize, n: u64) -> f64 {
     (thread_cpu_ns() - t) as f64 / n as f64
 }
 
+/// ns per hop of a chase through `PAGE_LISTS` lists of pages of `buf` (4 KiB pages), each page
+/// walked 32 bytes a hop (two hops a line: a core's L1 streamer wants more than one load in a
+/// line, and walked a line a hop an Intel Xeon's pages cost about the same either way), a
+/// list's pages in turn, then the next list's. List l's k-th page is page
+/// (k * PAGE_LISTS + l) * gap: with gap 1 a page's neighbours are the lists' beside it, walked
+/// a list before and after; with gap 2 they are never read. The lists fill half of `bytes`
+/// either way. A core that fetches the next page's first line (and its translation) as a
+/// stream nears the end of a page has it cached when a list beside reaches it with gap 1; with
+/// gap 2 every page starts with a demand miss and a page walk.
+fn page_lists(buf: &Buffer, bytes: usize, gap: usize, n: u64) -> f64 {
+    let words = buf.base as *mut usize;
+    let per_list = bytes / 2 / 4096 / PAGE_LISTS;
+    let word = |list: usize, k: usize, node: usize| ((k * PAGE_LISTS + list) * gap * 4096 + node * 32) / 8;
+    let first = word(0, 0, 0);
+    let mut prev = first;
+    for list in 0..PAGE_LISTS {
+        for k in 0..per_list {
+            for node in 0..128 {
+                let w = word(list, k, node);
+                if w != first {
+                    unsafe { *words.add(prev) = w };
+                    prev = w;
+                }
+            }
+        }
+    }
+    unsafe { *words.add(prev) = first };
+    let p = hops(words, first, n / 4); // warm up
+    let t = thread_cpu_ns();
+    hops(words, p, n);
+    (thread_cpu_ns() - t) as f64 / n as f64
+}
+
 /// Memory latency (2 MiB pages) and the page-walk cost (4 KiB pages minus 2 MiB pages): the
 /// two chases alternate for `rounds` rounds. The latency is the median huge-page round's; the
 /// walk, a small difference of two large
@@ -547,6 +614,9 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
             StrideChase { stride, ns_per_hop, followed: ns_per_hop < FOLLOWED * random_ns }
         })
         .collect();
+    say(&format!("page lists: {PAGE_LISTS} lists walked 32 bytes a hop, their pages side by side and apart"));
+    let pages_beside_ns = median_of_rounds(|| page_lists(&buf, big, 1, 2_000_000));
+    let pages_apart_ns = median_of_rounds(|| page_lists(&buf, big, 2, 2_000_000));
     drop(buf);
     let huge = Buffer::new(big, true)?;
     let near_stride_huge_ns = median_of_rounds(|| stride_chase(&huge, big, NEAR_STRIDE as usize, 400_000));
@@ -579,6 +649,8 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
         walk_near_ns: (near_small - near_stride_huge_ns).max(0.0),
         stride_mlp: stride_mlp(memory_ns, near_stride_huge_ns, memory_mbps),
         pair_ns,
+        pages_beside_ns,
+        pages_apart_ns,
     })
 }
 
@@ -633,6 +705,14 @@ impl Calibration {
             c.pair_ns / c.memory_ns,
             u8::from(c.pair())
         );
+        s += &format!(
+            "{PAGE_LISTS} lists of pages walked 32 bytes a hop (4 KiB pages): {:.2} ns a hop with each page's neighbours walked, {:.2} with them unused, {:.0} ns a page less, {:.2} of memory's, so next_page {} (above {NEXT_PAGE_SAVES})\n",
+            c.pages_beside_ns,
+            c.pages_apart_ns,
+            (c.pages_apart_ns - c.pages_beside_ns) * 128.0,
+            (c.pages_apart_ns - c.pages_beside_ns) * 128.0 / c.memory_ns,
+            u8::from(c.next_page())
+        );
         s += "\nas emulator settings:\n";
         for (k, v) in c.settings() {
             s += &format!("  {k}={v}\n");
@@ -671,6 +751,8 @@ mod tests {
             walk_near_ns: 4.0,
             stride_mlp: 10.0,
             pair_ns: 56.0,
+            pages_beside_ns: 4.0,
+            pages_apart_ns: 6.0,
         }
     }
 
@@ -695,6 +777,18 @@ mod tests {
         assert!(pair_kept((100.0 + 15.0) / 2.0, 100.0));
         assert!(!pair_kept(192.0, 242.0));
         assert!(!pair_kept(100.0, 100.0));
+    }
+
+    #[test]
+    fn the_next_page_prefetcher_is_on_when_pages_among_walked_ones_are_cheaper() {
+        // the Intel Xeon host's: 113 ns a page less against a 189 ns memory hop
+        assert!(next_page_fetched(5.13, 6.01, 189.0));
+        // the same cost either way: every page starts with a demand miss
+        assert!(!next_page_fetched(6.0, 6.05, 189.0));
+        // cheaper by less than the share: noise, not a prefetched line
+        assert!(!next_page_fetched(6.0, 6.3, 189.0));
+        let c = sample();
+        assert_eq!(c.settings().iter().find(|(k, _)| k == "next_page").map(|(_, v)| v.as_str()), Some("1"));
     }
 
     #[test]

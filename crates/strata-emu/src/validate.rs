@@ -354,9 +354,18 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         ("random reads", vec!["random", mib, n]),
         ("pointer chase", vec!["chase", mib, n]),
     ];
-    // cachegrind's geometry, and its indexing: by virtual address
+    // cachegrind's geometry, its indexing (by virtual address), and no prefetcher that brings
+    // lines in (the next page's)
     let mut cg_machine = Machine::preset("m2t", true)?;
-    let cg = [("l1", D1.0), ("l1_ways", D1.1), ("l2", 0), ("llc", LL.0), ("llc_ways", LL.1), ("physical", 0)];
+    let cg = [
+        ("l1", D1.0),
+        ("l1_ways", D1.1),
+        ("l2", 0),
+        ("llc", LL.0),
+        ("llc_ways", LL.1),
+        ("physical", 0),
+        ("next_page", 0),
+    ];
     for (k, v) in cg {
         cg_machine.set(k, &v.to_string());
     }
