@@ -381,28 +381,10 @@ fn chase(bytes: usize, huge: bool, hops: u64) -> Result<f64, Error> {
 /// each offset within the stride form a lane walked from start to end, lanes in random order
 /// (so that the line next to one just read, which a core may fetch with it, is not read soon).
 fn stride_chase(buf: &Buffer, bytes: usize, stride: usize, n: u64) -> f64 {
-    let words = buf.base as *mut usize;
     let (lanes, per_lane) = (stride / 64, bytes / stride);
-    let mut order: Vec<usize> = (0..lanes).collect();
-    let mut x: u64 = 0x2545f4914f6cdd1d ^ stride as u64;
-    for i in (1..lanes).rev() {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        order.swap(i, ((x >> 17) % (i as u64 + 1)) as usize);
-    }
-    let word = |lane: usize, i: usize| (i * stride + lane * 64) / 8;
-    let mut prev = word(order[0], 0);
-    for &lane in &order {
-        for i in 0..per_lane {
-            let w = word(lane, i);
-            unsafe { *words.add(prev) = w };
-            prev = w;
-        }
-    }
-    unsafe { *words.add(prev) = word(order[0], 0) };
-    let p = hops(words, word(order[0], 0), n / 4); // warm up: the TLB's and the prefetcher's state
-    let t = thread_cpu_ns();
-    hops(words, p, n);
-    (thread_cpu_ns() - t) as f64 / n as f64
+    let order = shuffled(lanes, 0x2545f4914f6cdd1d ^ stride as u64);
+    let word = |lane: u32, i: usize| (i * stride + lane as usize * 64) / 8;
+    cycle_ns(buf, order.iter().flat_map(|&lane| (0..per_lane).map(move |i| word(lane, i))), n)
 }
 
 /// ns per hop of a chase through `buf` (2 MiB pages) in groups of `PAIR_GAP` random 128-byte
@@ -410,33 +392,10 @@ fn stride_chase(buf: &Buffer, bytes: usize, stride: usize, n: u64) -> f64 {
 /// order. Without a pair prefetcher every hop misses; with one that keeps what it fetched, the
 /// second half of each group hits the cache the pairs were kept in.
 fn pair_chase(buf: &Buffer, bytes: usize, n: u64) -> f64 {
-    let words = buf.base as *mut usize;
-    let pairs = bytes / 128;
-    let mut order: Vec<u32> = (0..pairs as u32).collect();
-    let mut x: u64 = 0x5851f42d4c957f2d;
-    for i in (1..pairs).rev() {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        order.swap(i, ((x >> 17) % (i as u64 + 1)) as usize);
-    }
+    let order = shuffled(bytes / 128, 0x5851f42d4c957f2d);
     let word = |pair: u32, second: usize| (pair as usize * 128 + second * 64) / 8;
-    let first = word(order[0], 0);
-    let mut prev = first;
-    for group in order.chunks(PAIR_GAP) {
-        for second in 0..2 {
-            for &pair in group {
-                let w = word(pair, second);
-                if w != first {
-                    unsafe { *words.add(prev) = w };
-                    prev = w;
-                }
-            }
-        }
-    }
-    unsafe { *words.add(prev) = first };
-    let p = hops(words, first, n / 4); // warm up
-    let t = thread_cpu_ns();
-    hops(words, p, n);
-    (thread_cpu_ns() - t) as f64 / n as f64
+    let groups = order.chunks(PAIR_GAP);
+    cycle_ns(buf, groups.flat_map(|g| (0..2).flat_map(move |second| g.iter().map(move |&p| word(p, second)))), n)
 }
 
 /// ns per hop of a chase through `PAGE_LISTS` lists of pages of `buf` (4 KiB pages), each page
@@ -449,24 +408,37 @@ fn pair_chase(buf: &Buffer, bytes: usize, n: u64) -> f64 {
 /// stream nears the end of a page has it cached when a list beside reaches it with gap 1; with
 /// gap 2 every page starts with a demand miss and a page walk.
 fn page_lists(buf: &Buffer, bytes: usize, gap: usize, n: u64) -> f64 {
-    let words = buf.base as *mut usize;
     let per_list = bytes / 2 / 4096 / PAGE_LISTS;
-    let word = |list: usize, k: usize, node: usize| ((k * PAGE_LISTS + list) * gap * 4096 + node * 32) / 8;
-    let first = word(0, 0, 0);
+    let page = move |list: usize, k: usize| (k * PAGE_LISTS + list) * gap * 4096 / 8;
+    let pages = (0..PAGE_LISTS).flat_map(move |list| (0..per_list).map(move |k| page(list, k)));
+    cycle_ns(buf, pages.flat_map(|p| (0..128).map(move |node| p + node * 32 / 8)), n)
+}
+
+/// 0..n in a pseudo-random order (a Fisher-Yates shuffle seeded by `seed`).
+fn shuffled(n: usize, seed: u64) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut x = seed;
+    for i in (1..n).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        order.swap(i, ((x >> 17) % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+/// ns per hop of a chase that visits the words of `buf` at `order` (indexes, each once) in that
+/// order and then starts again: each word gets the index of the next, and `n` hops are timed
+/// after `n / 4` that warm up the TLB's and the prefetchers' state.
+fn cycle_ns(buf: &Buffer, order: impl IntoIterator<Item = usize>, n: u64) -> f64 {
+    let words = buf.base as *mut usize;
+    let mut order = order.into_iter();
+    let first = order.next().expect("a chase visits at least one word");
     let mut prev = first;
-    for list in 0..PAGE_LISTS {
-        for k in 0..per_list {
-            for node in 0..128 {
-                let w = word(list, k, node);
-                if w != first {
-                    unsafe { *words.add(prev) = w };
-                    prev = w;
-                }
-            }
-        }
+    for w in order {
+        unsafe { *words.add(prev) = w };
+        prev = w;
     }
     unsafe { *words.add(prev) = first };
-    let p = hops(words, first, n / 4); // warm up
+    let p = hops(words, first, n / 4);
     let t = thread_cpu_ns();
     hops(words, p, n);
     (thread_cpu_ns() - t) as f64 / n as f64
