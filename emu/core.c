@@ -277,9 +277,10 @@ static inline uint64_t frame_line(uint64_t line) {
  * reaches the page, now or much later (a list whose pages lie among other lists' pages: Intel
  * L1's next-page prefetcher fetched its first line while the list beside it was walked), its
  * first line hits L2 and the streamer, which sees the hit, goes on from it. Measured on the
- * Intel Xeon host: lists of 32-byte nodes whose 4 KiB pages are 512 pages apart, walked 4.1 ns
- * a node with each page's neighbours the other lists' pages, 6.1 ns with a page left unused
- * between them (250 ns a page: a demand miss and a walk, what the model charged both). */
+ * Intel Xeon host: 1,024 lists of 32-byte nodes, a list's 4 KiB pages 1,024 pages apart,
+ * walked 4.1 ns a node with each page's neighbours the other lists' pages, 6.1 ns with a page
+ * left unused between them (250 ns a page: a demand miss and a walk, what the model charged
+ * both). */
 static void next_page_fetch(emu_thread_t *t, uint64_t line) {
   uint64_t vpn = line >> (EMU_PAGE_SHIFT - EMU_LINE_SHIFT);
   pte_t *pte = emu_pte(vpn);
