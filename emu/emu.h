@@ -179,6 +179,7 @@ void lru_free(lru_t *c);
 int lru_touch(lru_t *c, uint64_t key); /* 1 hit, 0 miss (key inserted as most recent) */
 void lru_flush(lru_t *c);
 void lru_remove(lru_t *c, uint64_t key);
+int lru_way(const lru_t *c, uint64_t key); /* the way holding key, untouched; -1 if none */
 uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way); /* key + 1, 0 if empty */
 
 /* ---- the per-thread state (core.c creates it; memory.c charges moves and faults to it) --- */

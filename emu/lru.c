@@ -33,15 +33,21 @@ uint64_t lru_key_at(const lru_t *c, uint64_t set, uint64_t way) {
 
 int lru_touch(lru_t *c, uint64_t key) { return lru_touch_inline(c, key); }
 
-void lru_remove(lru_t *c, uint64_t key) {
-  if (!c->sets) return;
+int lru_way(const lru_t *c, uint64_t key) {
+  if (!c->sets) return -1;
   lru_where_t w = lru_where(c, key);
-  for (uint64_t i = 0; i < c->ways; i++) {
-    if (lru_slot(w.set, c->narrow, i) != w.tag) continue;
-    for (; i + 1 < c->ways; i++) lru_set_slot(w.set, c->narrow, i, lru_slot(w.set, c->narrow, i + 1));
-    lru_set_slot(w.set, c->narrow, c->ways - 1, 0);
-    return;
-  }
+  for (uint64_t i = 0; i < c->ways; i++)
+    if (lru_slot(w.set, c->narrow, i) == w.tag) return (int)i;
+  return -1;
+}
+
+void lru_remove(lru_t *c, uint64_t key) {
+  int way = lru_way(c, key);
+  if (way < 0) return;
+  lru_where_t w = lru_where(c, key);
+  for (uint64_t i = (uint64_t)way; i + 1 < c->ways; i++)
+    lru_set_slot(w.set, c->narrow, i, lru_slot(w.set, c->narrow, i + 1));
+  lru_set_slot(w.set, c->narrow, c->ways - 1, 0);
 }
 
 void lru_flush(lru_t *c) {

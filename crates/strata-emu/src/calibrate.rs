@@ -12,10 +12,10 @@
 //! crosses pages: processors differ there (an AMD EPYC core follows a 48 KiB stride across
 //! pages, Intel's cores stop at the page). A chase that reads each line's 128-byte pair
 //! `PAIR_GAP` pairs later says whether the pair came in with the line and stayed (the `pair`
-//! setting). Lists of pages walked line by line, each page's neighbour another list's page or
+//! setting). Lists of pages walked 32 bytes a hop, each page's neighbour another list's page or
 //! unused, say whether the core fetches a page's neighbour as a stream nears its end (the
-//! `next_page` setting). Chases are timed by the thread's CPU time, so that another program sharing the
-//! CPUs does not read as slower memory.
+//! `next_page` setting). Chases are timed by the thread's CPU time, so that another program
+//! sharing the CPUs does not read as slower memory.
 use std::time::Instant;
 
 use std::path::{Path, PathBuf};
@@ -127,6 +127,9 @@ pub const PAIR_KEPT: f64 = 0.7;
 /// benchmark.
 pub const PAGE_LISTS: usize = 1024;
 
+/// Hops a page of the page-list chases: 32 bytes a hop, two a line.
+pub const PAGE_HOPS: usize = 4096 / 32;
+
 /// The next-page prefetcher is on when a page of the page-list chase whose neighbours were
 /// walked costs at least this share of a memory hop less than one whose neighbours are unused:
 /// the page's first line (and its translation) came in with the neighbour's walk, where
@@ -134,10 +137,10 @@ pub const PAGE_LISTS: usize = 1024;
 /// to 145 ns a page less, 5.1-5.2 against 6.0-6.4 ns a hop; `docs/emulator.md`).
 pub const NEXT_PAGE_SAVES: f64 = 0.3;
 
-/// Whether page-list chases of `beside_ns` and `apart_ns` a hop (128 hops a page), against a
+/// Whether page-list chases of `beside_ns` and `apart_ns` a hop (`PAGE_HOPS` a page), against a
 /// memory hop of `memory_ns`, say that a stream's next page is fetched before it is reached.
 pub fn next_page_fetched(beside_ns: f64, apart_ns: f64, memory_ns: f64) -> bool {
-    (apart_ns - beside_ns) * 128.0 > NEXT_PAGE_SAVES * memory_ns
+    (apart_ns - beside_ns) * PAGE_HOPS as f64 > NEXT_PAGE_SAVES * memory_ns
 }
 
 /// Whether a pair chase of `pair_ns` a hop, against a memory hop of `memory_ns`, says that a
@@ -411,7 +414,7 @@ fn page_lists(buf: &Buffer, bytes: usize, gap: usize, n: u64) -> f64 {
     let per_list = bytes / 2 / 4096 / PAGE_LISTS;
     let page = move |list: usize, k: usize| (k * PAGE_LISTS + list) * gap * 4096 / 8;
     let pages = (0..PAGE_LISTS).flat_map(move |list| (0..per_list).map(move |k| page(list, k)));
-    cycle_ns(buf, pages.flat_map(|p| (0..128).map(move |node| p + node * 32 / 8)), n)
+    cycle_ns(buf, pages.flat_map(|p| (0..PAGE_HOPS).map(move |hop| p + hop * 4096 / PAGE_HOPS / 8)), n)
 }
 
 /// 0..n in a pseudo-random order (a Fisher-Yates shuffle seeded by `seed`).
@@ -681,8 +684,8 @@ impl Calibration {
             "{PAGE_LISTS} lists of pages walked 32 bytes a hop (4 KiB pages): {:.2} ns a hop with each page's neighbours walked, {:.2} with them unused, {:.0} ns a page less, {:.2} of memory's, so next_page {} (above {NEXT_PAGE_SAVES})\n",
             c.pages_beside_ns,
             c.pages_apart_ns,
-            (c.pages_apart_ns - c.pages_beside_ns) * 128.0,
-            (c.pages_apart_ns - c.pages_beside_ns) * 128.0 / c.memory_ns,
+            (c.pages_apart_ns - c.pages_beside_ns) * PAGE_HOPS as f64,
+            (c.pages_apart_ns - c.pages_beside_ns) * PAGE_HOPS as f64 / c.memory_ns,
             u8::from(c.next_page())
         );
         s += "\nas emulator settings:\n";
