@@ -177,6 +177,24 @@ static void test_next_page(void) {
     emu_cfg.next_page = saved;
     munmap(a, 20 * PAGE);
   }
+  /* An L2 hit continues a stream but starts one only at its page's first line: a reused line
+   * mid-page (line 10, in L2 only) followed by a miss beside it (line 11) is no stream. */
+  char *d = fresh(4 * PAGE);
+  emu_thread_t *t = emu_thread();
+  lru_flush(&t->l1), lru_flush(&t->l2), lru_flush(&emu_llc); /* (as above) */
+  int saved = emu_cfg.next_page;
+  emu_cfg.next_page = 1;
+  (void)*(volatile char *)(d + 10 * 64);
+  for (int s = 0; s < EMU_STREAMS; s++)             /* every slot taken by lines two apart */
+    (void)*(volatile char *)(d + 2 * PAGE + 128 * s);
+  lru_flush(&t->l1);
+  int64_t l2h = c("l2_hits"), st = c("stream_misses");
+  (void)*(volatile char *)(d + 10 * 64);
+  (void)*(volatile char *)(d + 11 * 64);
+  CHECK(c("l2_hits") - l2h == 1 && c("stream_misses") - st == 0);
+  emu_cfg.next_page = saved;
+  lru_flush(&t->l1), lru_flush(&t->l2), lru_flush(&emu_llc); /* none of d's lines left cached */
+  munmap(d, 4 * PAGE);
 }
 
 /* One load walking a constant stride: the stride prefetcher follows it within stride_bytes,
