@@ -14,8 +14,10 @@
 //! `PAIR_GAP` pairs later says whether the pair came in with the line and stayed (the `pair`
 //! setting). Lists of pages walked 32 bytes a hop, each page's neighbour another list's page or
 //! unused, say whether the core fetches a page's neighbour as a stream nears its end (the
-//! `next_page` setting). Chases are timed by the thread's CPU time, so that another program
-//! sharing the CPUs does not read as slower memory.
+//! `next_page` setting). Chases of growing size up to the LLC sysfs gives say how much of it
+//! this program can use (the model's LLC): on a shared or virtual machine the neighbours hold
+//! the rest. Chases are timed by the thread's CPU time, so that another program sharing the
+//! CPUs does not read as slower memory.
 use std::time::Instant;
 
 use std::path::{Path, PathBuf};
@@ -32,8 +34,8 @@ pub const L1_BASE_NS: f64 = 1.0;
 /// figure the median of its rounds.
 /// 3 since the pair chase ([`pair_chase`]); 4 since the LLC's latency is read at 4 times L2
 /// and a near stride cheaper than memory is within the reach ([`stride_reach`]); 5 since the
-/// page-list chases ([`page_lists`]).
-pub const METHOD: u32 = 5;
+/// page-list chases ([`page_lists`]); 6 since the usable LLC ([`usable_llc`]).
+pub const METHOD: u32 = 6;
 
 /// One cache level as sysfs describes it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug)]
@@ -88,6 +90,13 @@ pub struct Calibration {
     pub pages_beside_ns: f64,
     #[serde(default)]
     pub pages_apart_ns: f64,
+    /// chases (2 MiB pages) from the LLC latency's size doubling up to the LLC sysfs gives:
+    /// (bytes, ns per hop)
+    #[serde(default)]
+    pub llc_chases: Vec<(u64, f64)>,
+    /// the LLC the model gets ([`usable_llc`])
+    #[serde(default)]
+    pub llc_usable_bytes: u64,
 }
 
 /// A chase through a constant stride: followed by a prefetcher when a hop costs less than
@@ -136,6 +145,22 @@ pub const PAGE_HOPS: usize = 4096 / 32;
 /// without it both start with a demand miss and a walk. An Intel Xeon host read 0.61-0.75 (113
 /// to 145 ns a page less, 5.1-5.2 against 6.0-6.4 ns a hop; `docs/emulator.md`).
 pub const NEXT_PAGE_SAVES: f64 = 0.3;
+
+/// The LLC this program can use, from chases of growing size (`chases`: bytes, ns per hop, the
+/// first the size `llc_ns` was read at): the largest mostly served by the LLC, its hop under
+/// halfway from `llc_ns` to `memory_ns` (a random chase through twice an LLC's size hits it
+/// about half the time); in whole sets of `llc`'s ways, at most `llc`'s size. An Intel Xeon
+/// host (a Firecracker guest, 260 MiB by sysfs, memory 172 ns) read 37 ns at 8 MiB, 93 at 16
+/// MiB and 122-140 from 32 to 256 MiB, so 16 MiB: with sysfs's LLC the model gave a 1 GiB
+/// random chase a quarter of LLC hits the machine never had (0.92 of its ns a hop) and the
+/// layout benchmark's malloc lists 1.12 of its speed. Without a chase below halfway, the first
+/// size.
+pub fn usable_llc(chases: &[(u64, f64)], llc_ns: f64, memory_ns: f64, llc: Level) -> u64 {
+    let half = (llc_ns + memory_ns) / 2.0;
+    let bytes = chases.iter().filter(|c| c.1 < half).map(|c| c.0).max().or(chases.first().map(|c| c.0));
+    let set = 64 * llc.ways.max(1);
+    (bytes.unwrap_or(llc.bytes).min(llc.bytes) / set * set).max(set)
+}
 
 /// Whether page-list chases of `beside_ns` and `apart_ns` a hop (`PAGE_HOPS` a page), against a
 /// memory hop of `memory_ns`, say that a stream's next page is fetched before it is reached.
@@ -210,7 +235,7 @@ impl Calibration {
             s("l1_ways", self.l1.ways.to_string()),
             s("l2", self.l2.bytes.to_string()),
             s("l2_ways", self.l2.ways.to_string()),
-            s("llc", self.llc.bytes.to_string()),
+            s("llc", self.llc_usable_bytes.to_string()),
             s("llc_ways", self.llc.ways.to_string()),
             // an L1 hit costs a base cost standing in for compute (as in every preset), not
             // the load-to-use latency: most L1 hits are off the critical path
@@ -566,7 +591,13 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     // the 4 MiB chase gave 42 ns in one calibration and 135-155 in others: a model whose LLC
     // answers in 42 ns ran that host's 32 MiB chase 3 times too fast. On an AMD EPYC (L2 of 0.5
     // or 1 MiB, 32 MiB LLC) 4 times L2 is well inside the LLC either way.
-    let llc_ns = chase((4 * l2.bytes).min(llc.bytes / 2) as usize, true, 4_000_000)?;
+    let llc_probe = (4 * l2.bytes).min(llc.bytes / 2);
+    let llc_ns = chase(llc_probe as usize, true, 4_000_000)?;
+    say("pointer chases: the usable LLC, from there doubling up to sysfs's");
+    let llc_chases = std::iter::successors(Some(llc_probe), |b| Some(b * 2))
+        .take_while(|&b| b <= llc.bytes)
+        .map(|b| Ok((b, chase(b as usize, true, 1_000_000)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
     let big = (4 * llc.bytes as usize).max(256 << 20);
     say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
     let (memory_ns, walk_ns) = memory_and_walk(big, 9, 400_000)?;
@@ -626,6 +657,8 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
         pair_ns,
         pages_beside_ns,
         pages_apart_ns,
+        llc_usable_bytes: usable_llc(&llc_chases, llc_ns, memory_ns, llc),
+        llc_chases,
     })
 }
 
@@ -643,6 +676,12 @@ impl Calibration {
             c.llc.bytes >> 10,
             c.llc.ways
         );
+        s += "usable LLC (chases with 2 MiB pages, LLC hits below halfway to memory, ";
+        s += &format!("{:.1} ns):", (c.llc_ns + c.memory_ns) / 2.0);
+        for (bytes, ns) in &c.llc_chases {
+            s += &format!(" {} MiB {ns:.1} ns,", bytes >> 20);
+        }
+        s += &format!(" so llc {} KiB\n", c.llc_usable_bytes >> 10);
         s += &format!(
             "latency (pointer chase): L1 {:.2} ns (the emulator charges L1 hits {L1_BASE_NS} ns), L2 {:.2} ns, LLC {:.2} ns, memory {:.1} ns\n",
             c.l1_ns, c.l2_ns, c.llc_ns, c.memory_ns
@@ -728,6 +767,8 @@ mod tests {
             pair_ns: 56.0,
             pages_beside_ns: 4.0,
             pages_apart_ns: 6.0,
+            llc_chases: vec![(1 << 20, 20.0)],
+            llc_usable_bytes: 1 << 20,
         }
     }
 
@@ -743,6 +784,33 @@ mod tests {
         assert_eq!(s["mlp"], "12.50");
         assert_eq!((s["stride_bytes"].as_str(), s["stride_pages"].as_str()), ("49152", "1"));
         assert_eq!(s["pair"], "1");
+        assert_eq!(s["llc"], (1 << 20).to_string());
+    }
+
+    /// The model's LLC is the largest chase mostly served by the LLC (under halfway to
+    /// memory), in whole sets, never more than sysfs's; the first chase when none is.
+    #[test]
+    fn the_usable_llc_is_the_largest_chase_mostly_served_by_the_llc() {
+        const MIB: u64 = 1 << 20;
+        let llc = Level { bytes: 260 * MIB, ways: 20 };
+        // a Firecracker guest's: 37 ns at 8 MiB, memory from 32 MiB
+        let guest = [(8 * MIB, 37.0), (16 * MIB, 92.6), (32 * MIB, 122.0), (64 * MIB, 127.7), (128 * MIB, 130.0)];
+        assert_eq!(usable_llc(&guest, 37.0, 172.0, llc), 16 * MIB / 1280 * 1280);
+        // a machine whose whole LLC answers: sysfs's, in whole sets
+        let whole = [(8 * MIB, 40.0), (64 * MIB, 45.0), (128 * MIB, 50.0), (256 * MIB, 60.0)];
+        assert_eq!(usable_llc(&whole, 40.0, 170.0, llc), 256 * MIB / 1280 * 1280);
+        let amd = Level { bytes: 32 * MIB, ways: 16 };
+        assert_eq!(
+            usable_llc(
+                &[(2 * MIB, 30.0), (4 * MIB, 32.0), (8 * MIB, 35.0), (16 * MIB, 40.0), (32 * MIB, 60.0)],
+                30.0,
+                110.0,
+                amd
+            ),
+            32 * MIB
+        );
+        // nothing below the midpoint (the probe itself read memory): the probe's size
+        assert_eq!(usable_llc(&[(8 * MIB, 150.0), (16 * MIB, 160.0)], 150.0, 160.0, llc), 8 * MIB / 1280 * 1280);
     }
 
     /// Kept pairs make half the pair chase's hops cache hits; none kept, every hop a miss (an

@@ -193,9 +193,9 @@ pub struct Report {
     machine: Host,
 }
 
-/// The chases of item 2, through over 4 times the LLC (at least 256 MiB) with 4 KiB pages.
-fn chase_args(host: &Machine, quick: bool) -> Vec<(&'static str, Vec<String>)> {
-    let llc: u64 = host.get("llc").and_then(|v| v.parse().ok()).unwrap_or(32 << 20);
+/// The chases of item 2, through over 4 times the LLC sysfs gives (`llc` bytes; at least 256
+/// MiB) with 4 KiB pages.
+fn chase_args(llc: u64, quick: bool) -> Vec<(&'static str, Vec<String>)> {
     let mib = ((4 * llc) >> 20).max(256).to_string();
     let hops = if quick { "500000" } else { "2000000" };
     [("random chase", "chase"), ("48 KiB stride", "stride")]
@@ -219,8 +219,7 @@ const MALLOC_NODE_BYTES: u64 = 48;
 /// others. --quick: 4,000 nodes a list or more (with 2,000 the model's next_to traversal was
 /// 35 % faster than the machine's, 3.5 against 5.5 ns a node, AMD EPYC); otherwise 8,000 or
 /// more and three rounds.
-fn layout_args(host: &Machine, quick: bool) -> Vec<String> {
-    let llc: u64 = host.get("llc").and_then(|v| v.parse().ok()).unwrap_or(32 << 20);
+fn layout_args(llc: u64, quick: bool) -> Vec<String> {
     let (lists, least, times, rounds) = if quick { (512, 4000, 2, "1") } else { (1024, 8000, 3, "3") };
     let nodes = (times * llc).div_ceil(lists * MALLOC_NODE_BYTES).max(least);
     let (lists, nodes) = (lists.to_string(), nodes.to_string());
@@ -425,7 +424,11 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
         // measured now, not the saved calibration: the validation is of this machine at this
         // hour, and each pass pairs a calibration with the native runs that follow it
         say(&format!("pass {pass}/{repeat}: calibrating the host preset"));
-        let mut host = Machine::host(&crate::calibrate::measure(true)?)?;
+        let calibration = crate::calibrate::measure(true)?;
+        // sized by the LLC sysfs gives, not the usable part the model gets: what the
+        // neighbours leave of it varies by the hour, and every size must read memory natively
+        let llc = calibration.llc.bytes;
+        let mut host = Machine::host(&calibration)?;
         host.set("huge", "0");
         // L2 and the LLC indexed by frame, as the machine indexes them: the layout's malloc
         // lists sit 48 bytes apart, and a list finds its neighbour's lines in the LLC only when
@@ -436,7 +439,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
             host.set(k, v);
         }
         host.resolve()?;
-        for (i, (name, args)) in chase_args(&host, a.quick).into_iter().enumerate() {
+        for (i, (name, args)) in chase_args(llc, a.quick).into_iter().enumerate() {
             say(&format!("pass {pass}/{repeat}: {name} over {} MiB, native and emulated", args[1]));
             let (native, emulated) = chase_pass(&host, &plain, &instrumented, &args)?;
             if chases.len() == i {
@@ -456,8 +459,7 @@ pub fn run(a: &Options, quiet: bool) -> Result<Report, Error> {
             c.ratios.push(emulated / native);
             c.ratio = median(c.ratios.clone());
         }
-        // sized by the first pass's LLC (sysfs's: every pass reads the same)
-        let largs = largs.get_or_insert_with(|| layout_args(&host, a.quick)).clone();
+        let largs = largs.get_or_insert_with(|| layout_args(llc, a.quick)).clone();
         say(&format!(
             "pass {pass}/{repeat}: layout, strata bench locality, {} lists x {} nodes, native (4 KiB pages) and emulated",
             largs[3], largs[5]
@@ -635,9 +637,7 @@ mod tests {
     fn layout_lists_are_out_of_the_llc() {
         for quick in [true, false] {
             for mib in [8u64, 32, 100, 105, 150, 300, 1024] {
-                let mut host = Machine::preset("m2t", true).unwrap();
-                host.set("llc", &(mib << 20).to_string());
-                let a = layout_args(&host, quick);
+                let a = layout_args(mib << 20, quick);
                 let (lists, nodes): (u64, u64) = (a[3].parse().unwrap(), a[5].parse().unwrap());
                 assert!(nodes >= if quick { 4000 } else { 8000 });
                 let bytes = lists * nodes * MALLOC_NODE_BYTES;
