@@ -43,8 +43,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure this machine (pointer chases in random order and through strides, streaming):
-    /// the `host` preset's figures, kept in ~/.cache/strata/host-preset.json so that runs on
+    /// Measure this machine (pointer chases in random order, through strides and of growing
+    /// size for the part of the LLC this program can use; streaming): the `host` preset's
+    /// figures (docs/emulator.md, Presets), kept in ~/.cache/strata/host-preset.json so that runs on
     /// the preset repeat (measure again after a change of the machine's setup)
     Calibrate {
         #[command(flatten)]
