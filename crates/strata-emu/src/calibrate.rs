@@ -90,8 +90,8 @@ pub struct Calibration {
     pub pages_beside_ns: f64,
     #[serde(default)]
     pub pages_apart_ns: f64,
-    /// chases (2 MiB pages) from the LLC latency's size doubling up to the LLC sysfs gives:
-    /// (bytes, ns per hop)
+    /// chases (2 MiB pages) from the LLC latency's size (that chase) doubling up to the LLC
+    /// sysfs gives, and one through twice it: (bytes, ns per hop)
     #[serde(default)]
     pub llc_chases: Vec<(u64, f64)>,
     /// the LLC the model gets ([`usable_llc`])
@@ -161,9 +161,9 @@ pub fn usable_llc(chases: &[(u64, f64)], llc_ns: f64, memory_ns: f64, llc: Level
     let memory = chases.iter().filter(|c| c.0 > llc.bytes).map(|c| c.1).fold(memory_ns, f64::min);
     let half = (llc_ns + memory) / 2.0;
     let within = || chases.iter().filter(|c| c.0 <= llc.bytes);
-    let bytes = within().filter(|c| c.1 < half).map(|c| c.0).max().or(within().next().map(|c| c.0));
+    let bytes = within().filter(|c| c.1 < half).chain(within().take(1)).map(|c| c.0).max();
     let set = 64 * llc.ways.max(1);
-    (bytes.unwrap_or(llc.bytes).min(llc.bytes) / set * set).max(set)
+    (bytes.unwrap_or(llc.bytes) / set * set).max(set)
 }
 
 /// Whether page-list chases of `beside_ns` and `apart_ns` a hop (`PAGE_HOPS` a page), against a
@@ -598,11 +598,11 @@ pub fn measure(quiet: bool) -> Result<Calibration, Error> {
     let llc_probe = (4 * l2.bytes).min(llc.bytes / 2);
     let llc_ns = chase(llc_probe as usize, true, 4_000_000)?;
     say("pointer chases: the usable LLC, from there doubling up to sysfs's, and twice that");
-    let llc_chases = std::iter::successors(Some(llc_probe), |b| Some(b * 2))
+    let llc_chases = std::iter::successors(Some(2 * llc_probe), |b| Some(b * 2))
         .take_while(|&b| b <= llc.bytes)
         .chain([2 * llc.bytes])
-        .map(|b| Ok((b, chase(b as usize, true, 1_000_000)?)))
-        .collect::<Result<Vec<_>, Error>>()?;
+        .map(|b| Ok((b, chase(b as usize, true, 1_000_000)?)));
+    let llc_chases = std::iter::once(Ok((llc_probe, llc_ns))).chain(llc_chases).collect::<Result<Vec<_>, Error>>()?;
     let big = (4 * llc.bytes as usize).max(256 << 20);
     say(&format!("pointer chases: memory ({} MiB) with 2 MiB and with 4 KiB pages", big >> 20));
     let (memory_ns, walk_ns) = memory_and_walk(big, 9, 400_000)?;
@@ -771,8 +771,8 @@ mod tests {
             pair_ns: 56.0,
             pages_beside_ns: 4.0,
             pages_apart_ns: 6.0,
-            llc_chases: vec![(1 << 20, 20.0)],
-            llc_usable_bytes: 1 << 20,
+            llc_chases: vec![(1 << 19, 20.0), (1 << 20, 60.0), (2 << 20, 100.0)],
+            llc_usable_bytes: 1 << 19,
         }
     }
 
@@ -788,7 +788,7 @@ mod tests {
         assert_eq!(s["mlp"], "12.50");
         assert_eq!((s["stride_bytes"].as_str(), s["stride_pages"].as_str()), ("49152", "1"));
         assert_eq!(s["pair"], "1");
-        assert_eq!(s["llc"], (1 << 20).to_string());
+        assert_eq!(s["llc"], (1 << 19).to_string()); // the usable part, not sysfs's 1 MiB
     }
 
     /// The model's LLC is the largest chase up to sysfs's size mostly served by the LLC (under
