@@ -25,7 +25,7 @@
     .l1_bytes = 48 << 10, .l1_ways = 12, .l2_bytes = 1280 << 10, .l2_ways = 20,         \
     .llc_bytes = 60ull << 20, .llc_ways = 12, .l1_ns = 1, .l2_ns = 5, .llc_ns = 25,     \
     .dtlb = 64, .dtlb_ways = 4, .dtlb2m = 32, .stlb = 2048, .stlb_ways = 16,            \
-    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .next_page = 1,            \
+    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .next_page = 1, .stream_train = 1,            \
     .stride_bytes = 2048, .stride_mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,          \
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \
@@ -116,6 +116,9 @@ static const setting_t settings[] = {
       "every L2 access, hit or miss, so it goes on from that line (0: a stream that left its page "
       "starts again with a demand miss). Intel's cores have it (the built-in presets: on); the "
       "host preset measures it"),
+    S("stream_train", T_INT, stream_train, "lines",
+      "a stream's first lines that the streamer does not have on their way yet: each costs a "
+      "demand miss (1: only the line that starts it; the host preset measures it)"),
     S("pair", T_INT, pair, "bool",
       "an L2 miss that no stream continues also brings the other line of its 128-byte pair into "
       "the LLC (the spatial, or adjacent-line, prefetcher)"),
@@ -323,6 +326,8 @@ static int check(const emu_config_t *c, char *err, size_t errlen) {
     if (c->distance[i] < 10 || c->distance[i] > 254)
       return fail(err, errlen, "distances are 10..254 (10: local):", "distance", 8);
   }
+  if (c->stream_train < 1 || c->stream_train > 64)
+    return fail(err, errlen, "stream_train must be 1 to 64 lines (a 4 KiB page's):", "stream_train", 12);
   if (c->mlp < 1 || c->stride_mlp < 1 || c->epoch_ns <= 0 || c->copy_mbps <= 0 || c->tpp_promote_mbps <= 0)
     return fail(err, errlen, "mlp and stride_mlp >= 1, epoch_ns, copy_mbps and tpp_promote_mbps > 0:", "", 0);
   if (c->kernel < KERNEL_NONE || c->kernel > KERNEL_LINUX)

@@ -82,6 +82,7 @@ typedef struct emu_config_s {
   int overlap;                      /* 1: a stream's line costs what remains of its fetch when
                                      * the thread reaches it (core.c stream_cost) */
   int next_page;                    /* 1: the next-page prefetcher (core.c next_page_fetch) */
+  int stream_train;                 /* a stream's first lines that are still demand misses */
   uint64_t stride_bytes;            /* the largest stride the stride prefetcher follows (0: none) */
   double stride_mlp;                /* misses in flight for a stride (a miss costs latency / it) */
   int stride_pages;                 /* 1: it follows strides into other 4 KiB pages */
@@ -211,6 +212,7 @@ typedef struct emu_thread_s {
   uint64_t epoch_bytes[EMU_MAX_NODES];
   uint64_t stream_last[EMU_STREAMS]; /* the last L2-miss line of each tracked stream */
   uint64_t stream_at[EMU_STREAMS];   /* overlap: when the thread took that line (clock_ps) */
+  uint32_t stream_len[EMU_STREAMS];  /* lines each stream has seen (saturating) */
   unsigned stream_victim, stream_slot; /* the slot the last continued stream is in */
   uint64_t walk_last[EMU_WALKS];    /* the page-table lines of the last walks */
   unsigned walk_victim;

@@ -143,6 +143,30 @@ static void test_overlap(void) {
   }
 }
 
+/* stream_train: a fresh page walked line by line (next_page and pair off) has its first
+ * stream_train lines as demand misses, the rest streamed; train 1 is the default, in which a
+ * stream is followed from its second line. */
+static void test_stream_train(void) {
+  int saved[3] = {emu_cfg.stream_train, emu_cfg.next_page, emu_cfg.pair};
+  emu_cfg.next_page = 0, emu_cfg.pair = 0;
+  for (int train = 1; train <= 4; train += 3) {
+    char *p = fresh(4 * PAGE);
+    p[PAGE - 64] = 1; /* present: no first-touch fault in the walk */
+    emu_thread_t *t = emu_thread();
+    lru_flush(&t->l1), lru_flush(&t->l2), lru_flush(&emu_llc);
+    for (int s = 0; s < EMU_STREAMS; s++) t->stream_last[s] = 0; /* no stream near p's lines */
+    emu_cfg.stream_train = train;
+    int64_t st = c("stream_misses"), l2m = c("l2_misses");
+    for (int l = 0; l < PAGE / 64 - 1; l++) (void)*(volatile char *)(p + l * 64);
+    int64_t misses = c("l2_misses") - l2m, streamed = c("stream_misses") - st;
+    CHECK(misses >= PAGE / 64 - 1 && misses <= PAGE / 64 + 1); /* (+2: the test's own stack) */
+    CHECK(streamed == PAGE / 64 - 1 - train);
+    lru_flush(&t->l1), lru_flush(&t->l2), lru_flush(&emu_llc);
+    munmap(p, 4 * PAGE);
+  }
+  emu_cfg.stream_train = saved[0], emu_cfg.next_page = saved[1], emu_cfg.pair = saved[2];
+}
+
 /* next_page: a stream that ascends to the last line of page A has the first line of page B
  * (the next) fetched into L2 and B's translation into the STLB; that line then hits L2, and the
  * streamer, seeing the hit, goes on into B's second line. Without it, B's first line is a
@@ -918,6 +942,7 @@ int main(void) {
   test_streams();
   test_strides();
   test_overlap();
+  test_stream_train();
   test_next_page();
   test_caches();
   test_frames();

@@ -172,6 +172,28 @@ pub fn next_page_fetched(beside_ns: f64, apart_ns: f64, memory_ns: f64) -> bool 
     (apart_ns - beside_ns) * PAGE_HOPS as f64 > NEXT_PAGE_SAVES * memory_ns
 }
 
+/// A stream's first lines that cost a demand miss (the `stream_train` setting), from the
+/// page-list chase: `lists_ns` a hop natively (pages beside walked ones when the next-page
+/// prefetcher is on, else apart), against what the model charges the same walk when it follows
+/// a stream from its second line: a streamed hop (half of an L1 hit and a streamed line,
+/// `read_ns / mlp` or the line's transfer time, queued at the walk's own bandwidth, as
+/// emu/core.c charges them) and, for pages apart, a walk and a miss at each page
+/// (`page_start_ns`). Each whole memory access the machine spends more a page is a line of
+/// training: the AMD EPYC host read 4.70 ns a hop beside where the model charged 1.9, 2.2
+/// accesses more a page, so 3. The Intel Xeon host's lists (5.1-5.2 ns a hop) lay within one
+/// access of its model's (3.9-4.0 ns: its streamed lines cost more there), so 1, the default,
+/// and its next_to lists already ran slower in the model than natively.
+pub fn stream_train(lists_ns: f64, page_start_ns: f64, memory_ns: f64, mlp: f64, memory_mbps: f64) -> u32 {
+    let line = (memory_ns / mlp).max(64_000.0 / memory_mbps);
+    let mut hop = (L1_BASE_NS + line) / 2.0;
+    for _ in 0..50 {
+        let rho = (32.0 / hop / (memory_mbps / 1000.0)).min(0.95);
+        hop = (L1_BASE_NS + line * (1.0 + rho / (2.0 * (1.0 - rho)))) / 2.0;
+    }
+    let extra = (lists_ns - hop) * PAGE_HOPS as f64 - page_start_ns;
+    1 + (extra / memory_ns).clamp(0.0, 15.0) as u32
+}
+
 /// Whether a pair chase of `pair_ns` a hop, against a memory hop of `memory_ns`, says that a
 /// line's pair comes in with it and stays.
 pub fn pair_kept(pair_ns: f64, memory_ns: f64) -> bool {
@@ -225,6 +247,16 @@ impl Calibration {
         next_page_fetched(self.pages_beside_ns, self.pages_apart_ns, self.memory_ns)
     }
 
+    /// A stream's first lines that cost a demand miss ([`stream_train`]).
+    pub fn stream_train(&self) -> u32 {
+        let (lists_ns, page_start_ns) = if self.next_page() {
+            (self.pages_beside_ns, 0.0)
+        } else {
+            (self.pages_apart_ns, self.walk_ns + self.memory_ns)
+        };
+        stream_train(lists_ns, page_start_ns, self.memory_ns, self.mlp, self.memory_mbps)
+    }
+
     /// As emulator settings: one tier with this machine's caches and latencies.
     pub fn settings(&self) -> Vec<(String, String)> {
         let s = |k: &str, v: String| (k.to_string(), v);
@@ -254,6 +286,7 @@ impl Calibration {
             s("stride_pages", u8::from(self.stride_pages).to_string()),
             s("pair", u8::from(self.pair()).to_string()),
             s("next_page", u8::from(self.next_page()).to_string()),
+            s("stream_train", self.stream_train().to_string()),
         ]
     }
 }
@@ -731,6 +764,11 @@ impl Calibration {
             (c.pages_apart_ns - c.pages_beside_ns) * PAGE_HOPS as f64 / c.memory_ns,
             u8::from(c.next_page())
         );
+        s += &format!(
+            "a stream's first {} lines are demand misses (stream_train: the page lists' {:.2} ns a hop against the model's with a stream followed from its second line)\n",
+            c.stream_train(),
+            if c.next_page() { c.pages_beside_ns } else { c.pages_apart_ns }
+        );
         s += "\nas emulator settings:\n";
         for (k, v) in c.settings() {
             s += &format!("  {k}={v}\n");
@@ -832,6 +870,22 @@ mod tests {
         assert!(pair_kept((100.0 + 15.0) / 2.0, 100.0));
         assert!(!pair_kept(192.0, 242.0));
         assert!(!pair_kept(100.0, 100.0));
+    }
+
+    /// The hosts' page lists, each against its own calibration's model.
+    #[test]
+    fn a_stream_trains_for_the_memory_accesses_a_page_costs_beyond_the_model() {
+        // AMD EPYC (2026-11-29): 4.70 ns a hop beside walked pages, memory 158.6 ns, mlp 78.15,
+        // 42,647 MB/s: the model's hop 1.86 ns, 2.3 accesses more a page
+        assert_eq!(stream_train(4.70, 0.0, 158.6, 78.15, 42647.0), 3);
+        // Intel Xeon (2026-11-29): 5.15 ns a hop, memory 196.3 ns, mlp 35.74, 22,670 MB/s: the
+        // model's hop 4.0 ns, 0.75 of an access more a page
+        assert_eq!(stream_train(5.15, 0.0, 196.3, 35.74, 22670.0), 1);
+        // a walk cheaper than the model's, and pages apart whose start the model charges
+        assert_eq!(stream_train(1.0, 0.0, 158.6, 78.15, 42647.0), 1);
+        assert_eq!(stream_train(6.19, 36.8 + 158.6, 158.6, 78.15, 42647.0), 3);
+        assert_eq!(stream_train(1e6, 0.0, 100.0, 10.0, 10000.0), 16);
+        assert_eq!(sample().settings().iter().filter(|(k, _)| k == "stream_train").count(), 1);
     }
 
     #[test]
