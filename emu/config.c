@@ -25,7 +25,8 @@
     .l1_bytes = 48 << 10, .l1_ways = 12, .l2_bytes = 1280 << 10, .l2_ways = 20,         \
     .llc_bytes = 60ull << 20, .llc_ways = 12, .l1_ns = 1, .l2_ns = 5, .llc_ns = 25,     \
     .dtlb = 64, .dtlb_ways = 4, .dtlb2m = 32, .stlb = 2048, .stlb_ways = 16,            \
-    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .next_page = 1, .stream_train = 1,            \
+    .stlb_ns = 3, .walk_ns = 30, .walk_near_ns = 30, .mlp = 10, .next_page = 1,            \
+    .stream_train = 1,                                                                  \
     .stride_bytes = 2048, .stride_mlp = 10, .epoch_ns = 10000, .fault_ns = 1000,          \
     .migrate_ns = 2000, .copy_mbps = 8000, .shootdown_ns = 2000, .kernel = KERNEL_NONE,  \
     .tpp_scan_period_ns = 1e9, .tpp_scan_bytes = 256ull << 20, .tpp_hint_fault_ns = 1500, \

@@ -179,7 +179,7 @@ pub fn next_page_fetched(beside_ns: f64, apart_ns: f64, memory_ns: f64) -> bool 
 /// `read_ns / mlp` or the line's transfer time, queued at the walk's own bandwidth, as
 /// emu/core.c charges them) and, for pages apart, a walk and a miss at each page
 /// (`page_start_ns`). Each whole memory access the machine spends more a page is a line of
-/// training: the AMD EPYC host read 4.70 ns a hop beside where the model charged 1.9, 2.2
+/// training: the AMD EPYC host read 4.70 ns a hop beside where the model charged 1.9, 2.3
 /// accesses more a page, so 3. The Intel Xeon host's lists (5.1-5.2 ns a hop) lay within one
 /// access of its model's (3.9-4.0 ns: its streamed lines cost more there), so 1, the default,
 /// and its next_to lists already ran slower in the model than natively.
