@@ -343,11 +343,12 @@ static inline __attribute__((always_inline)) void cache_path(emu_thread_t *t, ui
     }
     t->l2_misses++;
   }
-  int stride = stride_continues(t, line), stream = stream_seen(t, line, 1) && stream_followed(t);
+  int stride = stride_continues(t, line), continues = stream_seen(t, line, 1) != 0;
+  int stream = continues && stream_followed(t);
   t->stream_misses += stream;
-  /* the pair's other line, in on the same fetch (no cost, no count); not for a stream, whose
-   * next line the streamer has on its way already (and whose cost, latency / mlp, says so) */
-  if (emu_cfg.pair && !stream && emu_llc.sets) lru_touch_inline(&emu_llc, pline ^ 1);
+  /* the pair's other line, in on the same fetch (no cost, no count); not for a miss that
+   * continues a stream, whose next line the streamer fetches once it is trained */
+  if (emu_cfg.pair && !continues && emu_llc.sets) lru_touch_inline(&emu_llc, pline ^ 1);
   t->stride_misses += stride && !stream;
   int prefetched = stream ? PF_STREAM : stride ? PF_STRIDE : 0;
   if (emu_llc.sets && lru_touch_at(&emu_llc, llc)) {

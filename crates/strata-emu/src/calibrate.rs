@@ -187,8 +187,7 @@ pub fn stream_train(lists_ns: f64, page_start_ns: f64, memory_ns: f64, mlp: f64,
     let line = (memory_ns / mlp).max(64_000.0 / memory_mbps);
     let mut hop = (L1_BASE_NS + line) / 2.0;
     for _ in 0..50 {
-        let rho = (32.0 / hop / (memory_mbps / 1000.0)).min(0.95);
-        hop = (L1_BASE_NS + line * (1.0 + rho / (2.0 * (1.0 - rho)))) / 2.0;
+        hop = (L1_BASE_NS + line * queueing(32.0 / hop, memory_mbps)) / 2.0; // a line per two hops
     }
     let extra = (lists_ns - hop) * PAGE_HOPS as f64 - page_start_ns;
     1 + (extra / memory_ns).clamp(0.0, 15.0) as u32
@@ -206,9 +205,14 @@ pub fn pair_kept(pair_ns: f64, memory_ns: f64) -> bool {
 /// M/D/1 as emu/core.c's epoch_end), which the measured hop already includes: without taking
 /// it out the emulated chase came out 12 % slower than the native one on the AMD EPYC host.
 pub fn stride_mlp(memory_ns: f64, hop_ns: f64, memory_mbps: f64) -> f64 {
-    let rho = (64.0 / hop_ns / (memory_mbps / 1000.0)).min(0.95);
-    let queueing = 1.0 + rho / (2.0 * (1.0 - rho));
-    (memory_ns * queueing / hop_ns).max(1.0)
+    (memory_ns * queueing(64.0 / hop_ns, memory_mbps) / hop_ns).max(1.0)
+}
+
+/// The emulator's queueing factor for a program reading `bytes_per_ns` (GB/s) from memory of
+/// `memory_mbps`: M/D/1 with the utilisation capped at 0.95, as emu/core.c's epoch_end.
+fn queueing(bytes_per_ns: f64, memory_mbps: f64) -> f64 {
+    let rho = (bytes_per_ns / (memory_mbps / 1000.0)).min(0.95);
+    1.0 + rho / (2.0 * (1.0 - rho))
 }
 
 /// A `NEAR_STRIDE` hop with 2 MiB pages that costs less than this share of a memory hop is
