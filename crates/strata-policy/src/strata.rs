@@ -6,7 +6,10 @@
 //! the headroom faster than a round, so demoting to restore it only moves pages, and what the
 //! build touched is the build's heat, not the run's (XSBench: docs/tiering.md#building). The
 //! footprint is the process's present pages as the round's scan saw them, never the node's used
-//! bytes: another user's allocations hold nothing.
+//! bytes: another user's allocations hold nothing. After `release_scans` (10) complete scans in
+//! a row in which no process grew at all, the headroom is lent to the parts (a budget of the
+//! whole tier) until one grows again: kept free then, it only left slow what first touch keeps
+//! fast (gups at 90 % fast: docs/tiering.md#release).
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
@@ -80,6 +83,9 @@ pub struct Config {
     /// complete scans (it is building: it refills the headroom within a round, and its heat is
     /// the build's)
     pub build_hold: bool,
+    /// after this many complete scans in a row in which no managed process grew, the headroom
+    /// is lent to the parts (kept free for nothing then) until one grows again; 0: never
+    pub release_scans: u32,
 }
 
 impl Default for Config {
@@ -96,6 +102,7 @@ impl Default for Config {
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
             build_hold: true,
+            release_scans: 10,
         }
     }
 }
@@ -124,6 +131,8 @@ pub struct Strata {
     footprint: HashMap<u32, u64>,
     counting: HashMap<u32, u64>,
     building: HashSet<u32>,
+    /// complete scans in a row in which no process's footprint grew (a new process grows)
+    steady_scans: u32,
 }
 
 impl Strata {
@@ -151,13 +160,15 @@ impl Strata {
             footprint: HashMap::new(),
             counting: HashMap::new(),
             building: HashSet::new(),
+            steady_scans: 0,
         }
     }
 
     /// Count the round's pages to each process's footprint; at the end of a complete scan, the
-    /// processes that grew by more than `reserve` since the one before are building. The pages
-    /// are the managed processes' own: what other processes allocate or free (the node's used
-    /// bytes) cannot hold a managed one's moves.
+    /// processes that grew by more than `reserve` since the one before are building, and the
+    /// steady scans are counted again from 0 if any grew at all. The pages are the managed
+    /// processes' own: what other processes allocate or free (the node's used bytes) cannot
+    /// hold a managed one's moves, nor take its headroom back.
     fn count_footprints(&mut self, obs: &Observations, reserve: u64) {
         for run in obs.pages.chunk_by(|a, b| a.pid == b.pid) {
             *self.counting.entry(run[0].pid).or_default() += run.len() as u64 * obs.page_bytes;
@@ -172,6 +183,8 @@ impl Strata {
             .filter(|(pid, &bytes)| bytes.saturating_sub(before.get(pid).copied().unwrap_or(bytes)) > reserve)
             .map(|(&pid, _)| pid)
             .collect();
+        let grew = now.iter().any(|(pid, &bytes)| bytes > before.get(pid).copied().unwrap_or(0));
+        self.steady_scans = if grew { 0 } else { self.steady_scans.saturating_add(1) };
         self.footprint = now;
     }
 }
@@ -183,10 +196,16 @@ impl Policy for Strata {
 
     fn decide(&mut self, obs: &Observations) -> Vec<Action> {
         let Some(fast) = obs.tiers.iter().find(|t| t.tier == 0).copied() else { return Vec::new() };
-        let reserve = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
-        if self.cfg.build_hold {
-            self.count_footprints(obs, reserve);
+        let headroom = (fast.capacity_bytes as f64 * self.cfg.headroom) as u64;
+        self.count_footprints(obs, headroom);
+        if !self.cfg.build_hold {
+            self.building.clear();
         }
+        // the headroom is kept for a program's new pages; when none has grown for
+        // `release_scans` scans, the parts may fill it (at 90 % fast the 5 % kept free was gups's
+        // loss to first touch: docs/tiering.md#release)
+        let released = self.cfg.release_scans > 0 && self.steady_scans >= self.cfg.release_scans;
+        let reserve = if released { 0 } else { headroom };
         let budget = fast.capacity_bytes - reserve;
 
         // births: the knapsack fills the budget
@@ -559,10 +578,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_records_pages_and_births_share_one_budget() {
-        // a fast tier of 32 MiB (records of 2 MiB, budget 30.4 MiB); a 64 MiB object (context
-        // 1) sampled evenly, slow; 8 MiB of pages outside it, accessed every round, fast
+    /// A fast tier of 32 MiB (records of 2 MiB, budget 30.4 MiB); a 64 MiB object (context 1)
+    /// sampled evenly, slow; 8 MiB of pages outside it, accessed every round, fast. In the
+    /// rounds `grows` says, the process's footprint grows by 1 MiB of new slow pages (less than
+    /// the headroom: no build hold). The machine after `rounds` rounds, the fast bytes in use
+    /// and the object's fast bytes after each round, and the directives set.
+    #[allow(clippy::type_complexity)]
+    fn one_budget_run(
+        cfg: Config,
+        rounds: u64,
+        grows: impl Fn(u64) -> bool,
+    ) -> (Machine, Vec<(u64, u64)>, Vec<Action>) {
         let obj = slow_object(0, 64 * MB, 1);
         let outside = 128 * MB;
         let mut m = Machine { fast_cap: 32 * MB, pages: Default::default() };
@@ -572,10 +598,17 @@ mod tests {
         for k in 0..(8 * MB / PAGE) {
             m.pages.insert(outside + k * PAGE, 0);
         }
-        let budget = 32 * MB - (32 * MB) / 20;
-        let mut p = Strata::new(Config::default());
+        let mut p = Strata::new(cfg);
         let mut directives = Vec::new();
-        for round in 1..=40u64 {
+        let mut used = Vec::new();
+        let mut grown = 0;
+        for round in 1..=rounds {
+            if grows(round) {
+                for k in 0..(MB / PAGE) {
+                    m.pages.insert(256 * MB + grown + k * PAGE, 1);
+                }
+                grown += MB;
+            }
             let fast_used = m.fast_used();
             let pages = m
                 .pages
@@ -614,18 +647,52 @@ mod tests {
             let actions = p.decide(&obs);
             directives.extend(actions.iter().filter(|a| matches!(a, Action::SetDirective { .. })).cloned());
             m.apply(actions);
-            // never more in the fast tier than the budget, once the pages have made way
-            if round > 20 {
-                assert!(m.fast_used() <= budget, "round {round}: {} MiB fast", m.fast_used() / MB);
-            }
+            used.push((m.fast_used(), m.fast_in(0, 64 * MB)));
+        }
+        (m, used, directives)
+    }
+
+    const BUDGET: u64 = 32 * MB - (32 * MB) / 20;
+
+    #[test]
+    fn the_records_pages_and_births_share_one_budget() {
+        // the headroom never lent: the parts share the budget for good
+        let (m, used, directives) = one_budget_run(Config { release_scans: 0, ..Config::default() }, 40, |_| false);
+        // never more in the fast tier than the budget, once the pages have made way
+        for (round, &(bytes, _)) in used.iter().enumerate().skip(20) {
+            assert!(bytes <= BUDGET, "round {}: {} MiB fast", round + 1, bytes / MB);
         }
         // the records took the budget (15 records of 2 MiB), the pages gave way to them
         assert_eq!(m.fast_in(0, 64 * MB), 30 * MB, "the records' fast bytes");
-        assert!(m.fast_in(outside, outside + 8 * MB) <= budget - 30 * MB, "the pages' fast bytes");
+        assert!(m.fast_in(128 * MB, 136 * MB) <= BUDGET - 30 * MB, "the pages' fast bytes");
         // the context's 64 MiB do not fit the budget's knapsack: its new objects start slow
         assert!(
             directives.iter().any(|a| matches!(a, Action::SetDirective { context: 1, directive: Directive::Slow, .. })),
             "{directives:?}"
         );
+    }
+
+    /// Ten complete scans without growth lend the headroom to the parts (the records fill the
+    /// whole tier); growing again takes it back (the parts give up the budget's excess) until
+    /// ten more scans pass without growth.
+    #[test]
+    fn the_headroom_is_lent_after_ten_steady_scans_and_taken_back_on_growth() {
+        // the records pass the budget only once lent: the first scan grows (the process is
+        // new), so the tenth steady scan is round 11
+        let first_above = |used: &[(u64, u64)]| used.iter().position(|&(_, records)| records > 30 * MB).map(|i| i + 1);
+        let (m, used, _) = one_budget_run(Config::default(), 40, |_| false);
+        assert_eq!(m.fast_in(0, 64 * MB), 32 * MB, "the records' fast bytes, the headroom lent");
+        assert!(first_above(&used) >= Some(11), "{used:?}");
+        let (_, used, _) = one_budget_run(Config { release_scans: 100, ..Config::default() }, 40, |_| false);
+        assert_eq!(first_above(&used), None, "{used:?}");
+        let (m, used, _) = one_budget_run(Config::default(), 70, |r| (41..=44).contains(&r));
+        assert_eq!(used[39].0, 32 * MB, "lent by round 40: {used:?}");
+        // rounds 41-53 (used[40..53]): taken back; ten scans after the last growth, lent again
+        assert!(used[40..53].iter().all(|&(b, _)| b <= BUDGET), "taken back in rounds 41-53: {used:?}");
+        assert_eq!(used[53].0, 32 * MB, "lent again in round 54: {used:?}");
+        assert_eq!(m.fast_in(0, 64 * MB), 32 * MB, "the records' fast bytes, lent again");
+        // a process that keeps growing never gets it
+        let (m, _, _) = one_budget_run(Config::default(), 40, |r| r % 5 == 0);
+        assert_eq!(m.fast_in(0, 64 * MB), 30 * MB, "the records' fast bytes, growing every five rounds");
     }
 }
