@@ -6,10 +6,11 @@
 //! the headroom faster than a round, so demoting to restore it only moves pages, and what the
 //! build touched is the build's heat, not the run's (XSBench: docs/tiering.md#building). The
 //! footprint is the process's present pages as the round's scan saw them, never the node's used
-//! bytes: another user's allocations hold nothing. After `release_scans` (10) complete scans in
-//! a row in which no process grew at all, the headroom is lent to the parts (a budget of the
-//! whole tier) until one grows again: kept free then, it only left slow what first touch keeps
-//! fast (gups at 90 % fast: docs/tiering.md#release).
+//! bytes: another user's allocations hold nothing. With `release_scans` N (0, off, by default),
+//! after N complete scans in a row in which no process grew at all, the headroom is lent to the
+//! parts (a budget of the whole tier) until one grows again: a steady program at a large fast
+//! share gains what the headroom left slow, a phase change waits on demotions
+//! (docs/tiering.md#release).
 //!
 //! 1. **Where objects are born** (hmalloc, [`crate::hmalloc`]): each context's new objects go to
 //!    the tier its measured hotness earns in the knapsack, whose capacity is the budget, so most
@@ -84,7 +85,7 @@ pub struct Config {
     /// the build's)
     pub build_hold: bool,
     /// after this many complete scans in a row in which no managed process grew, the headroom
-    /// is lent to the parts (kept free for nothing then) until one grows again; 0: never
+    /// is lent to the parts until one grows again; 0 (the default, Ambix's rule): never
     pub release_scans: u32,
 }
 
@@ -102,7 +103,7 @@ impl Default for Config {
             hint_weight: mat::Config::default().hint_weight,
             record_min_kib: 1024,
             build_hold: true,
-            release_scans: 10,
+            release_scans: 0,
         }
     }
 }
@@ -201,9 +202,9 @@ impl Policy for Strata {
         if !self.cfg.build_hold {
             self.building.clear();
         }
-        // the headroom is kept for a program's new pages; when none has grown for
-        // `release_scans` scans, the parts may fill it (at 90 % fast the 5 % kept free was gups's
-        // loss to first touch: docs/tiering.md#release)
+        // the headroom is kept for a program's new pages and the next promotions; with
+        // `release_scans`, once none has grown for that many scans, the parts may fill it
+        // (docs/tiering.md#release)
         let released = self.cfg.release_scans > 0 && self.steady_scans >= self.cfg.release_scans;
         let reserve = if released { 0 } else { headroom };
         let budget = fast.capacity_bytes - reserve;
@@ -657,7 +658,7 @@ mod tests {
     #[test]
     fn the_records_pages_and_births_share_one_budget() {
         // the headroom never lent: the parts share the budget for good
-        let (m, used, directives) = one_budget_run(Config { release_scans: 0, ..Config::default() }, 40, |_| false);
+        let (m, used, directives) = one_budget_run(Config::default(), 40, |_| false);
         // never more in the fast tier than the budget, once the pages have made way
         for (round, &(bytes, _)) in used.iter().enumerate().skip(20) {
             assert!(bytes <= BUDGET, "round {}: {} MiB fast", round + 1, bytes / MB);
@@ -672,27 +673,29 @@ mod tests {
         );
     }
 
-    /// Ten complete scans without growth lend the headroom to the parts (the records fill the
-    /// whole tier); growing again takes it back (the parts give up the budget's excess) until
-    /// ten more scans pass without growth.
+    /// With `release_scans` 10, ten complete scans without growth lend the headroom to the
+    /// parts (the records fill the whole tier); growing again takes it back (the parts give up
+    /// the budget's excess) until ten more scans pass without growth. (By default it is never
+    /// lent: `the_records_pages_and_births_share_one_budget`.)
     #[test]
     fn the_headroom_is_lent_after_ten_steady_scans_and_taken_back_on_growth() {
+        let lend = || Config { release_scans: 10, ..Config::default() };
         // the records pass the budget only once lent: the first scan grows (the process is
         // new), so the tenth steady scan is round 11
         let first_above = |used: &[(u64, u64)]| used.iter().position(|&(_, records)| records > 30 * MB).map(|i| i + 1);
-        let (m, used, _) = one_budget_run(Config::default(), 40, |_| false);
+        let (m, used, _) = one_budget_run(lend(), 40, |_| false);
         assert_eq!(m.fast_in(0, 64 * MB), 32 * MB, "the records' fast bytes, the headroom lent");
         assert!(first_above(&used) >= Some(11), "{used:?}");
         let (_, used, _) = one_budget_run(Config { release_scans: 100, ..Config::default() }, 40, |_| false);
         assert_eq!(first_above(&used), None, "{used:?}");
-        let (m, used, _) = one_budget_run(Config::default(), 70, |r| (41..=44).contains(&r));
+        let (m, used, _) = one_budget_run(lend(), 70, |r| (41..=44).contains(&r));
         assert_eq!(used[39].0, 32 * MB, "lent by round 40: {used:?}");
         // rounds 41-53 (used[40..53]): taken back; ten scans after the last growth, lent again
         assert!(used[40..53].iter().all(|&(b, _)| b <= BUDGET), "taken back in rounds 41-53: {used:?}");
         assert_eq!(used[53].0, 32 * MB, "lent again in round 54: {used:?}");
         assert_eq!(m.fast_in(0, 64 * MB), 32 * MB, "the records' fast bytes, lent again");
         // a process that keeps growing never gets it
-        let (m, _, _) = one_budget_run(Config::default(), 40, |r| r % 5 == 0);
+        let (m, _, _) = one_budget_run(lend(), 40, |r| r % 5 == 0);
         assert_eq!(m.fast_in(0, 64 * MB), 30 * MB, "the records' fast bytes, growing every five rounds");
     }
 }
